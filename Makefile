@@ -1,0 +1,145 @@
+# dtrain - build, deps, test, asan, demo, bench.
+#
+#   make            bin/dtraind and bin/dtrain
+#   make deps       install the Debian packages the build, tests and demo need (apt-get as root)
+#   make test       build, then run every test; the last line is "N passed, N failed, N skipped"
+#   make asan       the same tests under -fsanitize=address,undefined (build in build/asan)
+#   make demo       train the Fashion-MNIST CNN on 2 local daemons
+#   make format     clang-format every C file
+# Options: CUDA=0|1 (default: on when nvcc is found), SANITIZE=address, V=1 (show commands).
+
+VERSION    := 0.1.0
+BUILD      ?= build
+BIN        ?= bin
+SANITIZE   ?=
+CUDA_HOME  ?= /usr/local/cuda
+
+ifneq ($(filter-out address,$(SANITIZE)),)
+$(error SANITIZE=$(SANITIZE) is not supported: use SANITIZE=address or leave it empty)
+endif
+
+# --- feature detection: by tool and header paths, one line each -----------------------------
+NVCC := $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
+ifeq ($(CUDA),0)
+  HAVE_CUDA := 0
+else ifeq ($(CUDA),1)
+  ifeq ($(NVCC),)
+    $(error CUDA=1 but nvcc was not found in PATH or $(CUDA_HOME)/bin)
+  endif
+  HAVE_CUDA := 1
+else ifeq ($(CUDA),)
+  HAVE_CUDA := $(if $(NVCC),1,0)
+else
+  $(error CUDA=$(CUDA) is not supported: use CUDA=0, CUDA=1 or leave it unset)
+endif
+
+PKGS := grpc libprotobuf-c libcjson libuv openblas zlib
+PKG_OK := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo yes)
+
+CC       ?= cc
+CPPFLAGS += -Ilib -I$(BUILD)/gen -Itest -DDT_VERSION=\"$(VERSION)\" -D_GNU_SOURCE
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread -fno-strict-aliasing
+ifneq ($(PKG_OK),)
+CPPFLAGS += $(shell pkg-config --cflags $(PKGS))
+LDLIBS   += $(shell pkg-config --libs $(PKGS)) -lm -lpthread
+endif
+ifeq ($(SANITIZE),address)
+CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -O1
+LDFLAGS  += -fsanitize=address,undefined
+endif
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+# --- sources -----------------------------------------------------------------------------------
+PROTOS     := $(wildcard proto/*.proto)
+PROTO_C    := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
+PROTO_H    := $(PROTO_C:.c=.h)
+LIB_SRC    := $(sort $(shell find lib -name '*.c'))
+LIB_OBJ    := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst %.c,%.o,$(PROTO_C))
+DAEMON_SRC := daemon/dtraind.c $(wildcard daemon/daemon_*.c)
+CLI_SRC    := daemon/dtrain.c $(wildcard daemon/cli_*.c)
+TEST_SRC   := $(sort $(wildcard test/unit/*.c))
+LIBDTRAIN  := $(BUILD)/libdtrain.a
+
+.PHONY: all deps deps-check test asan demo bench format clean features
+all: features $(BIN)/dtraind $(BIN)/dtrain $(BUILD)/dt_test
+
+features:
+	@if [ -z "$(PKG_OK)" ]; then echo "✗ libraries missing (pkg-config: $(PKGS)): run 'make deps'"; exit 2; fi
+	@if [ "$(HAVE_CUDA)" = 1 ]; then echo "✓ nvcc found ($(NVCC)): CUDA build available"; \
+	 else echo "✗ CUDA off (no nvcc, or CUDA=0): CPU only"; fi
+
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
+	@mkdir -p $(BUILD)/gen
+	@echo "  PROTOC  $<"
+	$(Q)protoc-c --c_out=$(BUILD)/gen -Iproto $<
+
+$(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-unused-parameter -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(LIBDTRAIN): $(LIB_OBJ)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BIN)/dtraind: $(patsubst %.c,$(BUILD)/obj/%.o,$(DAEMON_SRC)) $(LIBDTRAIN)
+	@mkdir -p $(BIN)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BIN)/dtrain: $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC)) $(LIBDTRAIN)
+	@mkdir -p $(BIN)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Every DT_TEST(name) / DT_TEST_TIMEOUT(name, s) in test/unit/*.c becomes one runner entry.
+$(BUILD)/gen/test_list.h: $(TEST_SRC) Makefile
+	@mkdir -p $(BUILD)/gen
+	$(Q)cat /dev/null $(TEST_SRC) | sed -n \
+	  -e 's/^DT_TEST(\([A-Za-z0-9_]*\)).*/DT_TEST_ENTRY(\1, 60)/p' \
+	  -e 's/^DT_TEST_TIMEOUT(\([A-Za-z0-9_]*\), *\([0-9]*\)).*/DT_TEST_ENTRY(\1, \2)/p' > $@.tmp
+	$(Q)cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
+
+$(BUILD)/obj/test/runner.o: $(BUILD)/gen/test_list.h
+
+$(BUILD)/dt_test: $(patsubst %.c,$(BUILD)/obj/%.o,test/runner.c $(TEST_SRC)) $(LIBDTRAIN)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# --- deps, tests, demo -------------------------------------------------------------------------
+deps:
+	@bash scripts/deps.sh install
+
+deps-check:
+	@bash scripts/deps.sh check || bash scripts/deps.sh install
+
+test: deps-check
+	@$(MAKE) --no-print-directory all
+	@DT_SRC_DIR=$(CURDIR) DT_BIN_DIR=$(CURDIR)/$(BIN) $(BUILD)/dt_test $(TEST_ARGS)
+
+asan: deps-check
+	@$(MAKE) --no-print-directory SANITIZE=address BUILD=build/asan BIN=build/asan/bin all
+	@DT_SRC_DIR=$(CURDIR) DT_BIN_DIR=$(CURDIR)/build/asan/bin DT_TEST_TIMEOUT_MULT=3 \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  build/asan/dt_test $(TEST_ARGS)
+
+demo: deps-check
+	@$(MAKE) --no-print-directory all
+	@bash scripts/demo.sh
+
+format:
+	clang-format -i $$(find lib daemon test -name '*.[ch]')
+
+clean:
+	rm -rf build bin
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,24 @@
+/*
+ * cli.h - the verbs of the `dtrain` CLI, one file each (daemon/cli_<verb>.c).
+ *
+ * A verb gets argv with argv[0] = the verb's name and returns the process exit status:
+ * 0 success, 1 the job or operation failed, 2 bad usage or bad input. It parses its own options
+ * with getopt_long (options may come before or after positional arguments), prints --help, and
+ * on read verbs takes --json. Errors go to stderr as "dtrain VERB: message".
+ */
+#ifndef DT_DAEMON_CLI_H
+#define DT_DAEMON_CLI_H
+
+#include <stddef.h>
+
+typedef int (*dt_cli_verb_fn)(int argc, char **argv);
+
+int dt_cli_cluster(int argc, char **argv);
+int dt_cli_data(int argc, char **argv);
+int dt_cli_summary(int argc, char **argv);
+
+/* The daemon to talk to: --addr, else DTRAIN_ADDR, else the chief in TF_CONFIG, else
+ * 127.0.0.1:7000. Writes into buf and returns it. */
+const char *dt_cli_daemon_addr(const char *flag_addr, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,95 @@
+/* dtrain - the command-line client: parses the verb and hands off to daemon/cli_<verb>.c. */
+#include "cli.h"
+
+#include "config/tfconfig.h"
+#include "core/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct verb {
+    const char *name;
+    dt_cli_verb_fn fn;
+    const char *summary;
+} verb;
+
+static const verb verbs[] = {
+    {"cluster", dt_cli_cluster, "show the cluster's tasks, their state and heartbeats"},
+    {"data", dt_cli_data, "inspect data files: dtrain data inspect FILE..."},
+    {"summary", dt_cli_summary, "print a Keras model's layer table: dtrain summary MODEL.json"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dtrain [--addr HOST:PORT] VERB [ARGS...] [--json]\n\n"
+               "Talks to the dtraind daemon at --addr, else $DTRAIN_ADDR, else the chief in\n"
+               "$TF_CONFIG, else 127.0.0.1:7000.\n\nverbs:\n");
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        fprintf(f, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
+    fprintf(f, "\n'dtrain VERB --help' describes one verb. Exit status: 0 success, 1 failure,\n"
+               "2 bad usage or input.\n");
+}
+
+const char *dt_cli_daemon_addr(const char *flag_addr, char *buf, size_t n)
+{
+    const char *env = getenv("DTRAIN_ADDR");
+    if (flag_addr && *flag_addr) {
+        snprintf(buf, n, "%s", flag_addr);
+        return buf;
+    }
+    if (env && *env) {
+        snprintf(buf, n, "%s", env);
+        return buf;
+    }
+    const char *tf = getenv("TF_CONFIG");
+    if (tf && *tf) {
+        dt_cluster_spec spec;
+        dt_err err = {0};
+        if (dt_tfconfig_parse(tf, strlen(tf), &spec, &err) == DT_OK) {
+            snprintf(buf, n, "%s", spec.tasks[spec.chief].address);
+            dt_tfconfig_destroy(&spec);
+            return buf;
+        }
+    }
+    snprintf(buf, n, "127.0.0.1:7000");
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    dt_log_init();
+    /* Global options before the verb: --addr is also accepted by the verbs themselves. */
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("dtrain %s\n", DT_VERSION);
+            return 0;
+        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--addr") == 0 && i + 1 < argc) {
+            setenv("DTRAIN_ADDR", argv[++i], 1);
+            continue;
+        }
+        if (strncmp(argv[i], "--addr=", 7) == 0) {
+            setenv("DTRAIN_ADDR", argv[i] + 7, 1);
+            continue;
+        }
+        fprintf(stderr, "dtrain: unknown option %s before the verb\n", argv[i]);
+        usage(stderr);
+        return 2;
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    for (size_t v = 0; v < sizeof verbs / sizeof verbs[0]; v++)
+        if (strcmp(argv[i], verbs[v].name) == 0)
+            return verbs[v].fn(argc - i, argv + i);
+    fprintf(stderr, "dtrain: unknown verb '%s'\n", argv[i]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,22 @@
+/*
+ * limits.h - every ceiling on untrusted input, in one place.
+ *
+ * Buffers fed by files, JSON or the network are created with one of these as their maximum and
+ * fail with DT_ETOOBIG (naming the limit) past it, instead of growing without bound.
+ */
+#ifndef DT_CORE_LIMITS_H
+#define DT_CORE_LIMITS_H
+
+#define DT_MAX_TFCONFIG        (1u << 20)   /* TF_CONFIG JSON text */
+#define DT_MAX_CLUSTER_TASKS   1024         /* tasks in one cluster */
+#define DT_MAX_ADDRESS         256          /* "host:port" */
+#define DT_MAX_JOBSPEC         (4u << 20)   /* job spec JSON */
+#define DT_MAX_MODEL_JSON      (16u << 20)  /* Keras model JSON */
+#define DT_MAX_RPC_MSG         (64u << 20)  /* one control-plane gRPC message */
+#define DT_MAX_TOKEN           4096         /* token file */
+#define DT_MAX_TFRECORD        (256u << 20) /* one TFRecord record */
+#define DT_MAX_IDX_DIMS        8            /* IDX rank */
+#define DT_MAX_CSV_LINE        (1u << 20)   /* one CSV line */
+#define DT_MAX_SAFETENSORS_HDR (100u << 20) /* safetensors JSON header */
+
+#endif
