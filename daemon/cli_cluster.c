@@ -1,11 +1,155 @@
-/* dtrain cluster - placeholder until the verb lands. */
+/* dtrain cluster - every task of the cluster with its address, rank, state and heartbeat. */
 #include "cli.h"
 
+#include "dtrain.pb-c.h"
+#include "rpc/rpc.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dtrain cluster [--addr HOST:PORT] [--token-file FILE] [--timeout SEC] "
+               "[--json]\n\n"
+               "Shows the cluster as the daemon at --addr sees it (the chief knows it best): each\n"
+               "task's address, rank, state (joined, missing, dead, left), seconds since its last\n"
+               "heartbeat, version, cores and GPUs.\n"
+               "--token-file defaults to $DTRAIN_TOKEN_FILE. Exit 1 when the daemon cannot be\n"
+               "reached.\n");
+}
+
+static void print_json(const Dtrain__V1__ClusterView *v)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "generation", (double)v->generation);
+    cJSON_AddStringToObject(j, "chief", v->chief ? v->chief : "");
+    cJSON_AddBoolToObject(j, "formed", v->formed);
+    cJSON_AddStringToObject(j, "reporter", v->reporter ? v->reporter : "");
+    cJSON *tasks = cJSON_AddArrayToObject(j, "tasks");
+    for (size_t i = 0; i < v->n_members; i++) {
+        const Dtrain__V1__Member *m = v->members[i];
+        cJSON *t = cJSON_CreateObject();
+        char name[64];
+        snprintf(name, sizeof name, "%s:%u", m->task ? m->task->type : "?",
+                 m->task ? m->task->index : 0);
+        cJSON_AddStringToObject(t, "task", name);
+        cJSON_AddStringToObject(t, "address", m->address ? m->address : "");
+        cJSON_AddNumberToObject(t, "rank", m->rank);
+        cJSON_AddStringToObject(t, "state", m->state ? m->state : "missing");
+        if (m->heartbeat_age_s >= 0)
+            cJSON_AddNumberToObject(t, "heartbeat_age_s", m->heartbeat_age_s);
+        else
+            cJSON_AddNullToObject(t, "heartbeat_age_s");
+        cJSON_AddStringToObject(t, "version", m->version ? m->version : "");
+        cJSON_AddNumberToObject(t, "cores", m->cores);
+        cJSON_AddNumberToObject(t, "gpus", m->gpus);
+        cJSON_AddItemToArray(tasks, t);
+    }
+    char *s = cJSON_Print(j);
+    printf("%s\n", s);
+    free(s);
+    cJSON_Delete(j);
+}
+
+static void print_table(const Dtrain__V1__ClusterView *v)
+{
+    printf("chief %s, generation %llu, %s (as seen by %s)\n\n", v->chief,
+           (unsigned long long)v->generation, v->formed ? "formed" : "forming", v->reporter);
+    printf("%-12s %-24s %4s  %-8s %9s  %-8s %5s %4s\n", "TASK", "ADDRESS", "RANK", "STATE",
+           "HEARTBEAT", "VERSION", "CORES", "GPUS");
+    for (size_t i = 0; i < v->n_members; i++) {
+        const Dtrain__V1__Member *m = v->members[i];
+        char name[64], age[32];
+        snprintf(name, sizeof name, "%s:%u", m->task ? m->task->type : "?",
+                 m->task ? m->task->index : 0);
+        if (m->heartbeat_age_s >= 0)
+            snprintf(age, sizeof age, "%.1fs ago", m->heartbeat_age_s);
+        else
+            snprintf(age, sizeof age, "never");
+        printf("%-12s %-24s %4d  %-8s %9s  %-8s %5u %4u\n", name, m->address, m->rank, m->state,
+               age, m->version && *m->version ? m->version : "-", m->cores, m->gpus);
+    }
+}
 
 int dt_cli_cluster(int argc, char **argv)
 {
-    (void)argc;
-    fprintf(stderr, "dtrain %s: not implemented yet\n", argv[0]);
-    return 2;
+    static const struct option longopts[] = {
+        {"addr", required_argument, NULL, 'a'},    {"token-file", required_argument, NULL, 't'},
+        {"timeout", required_argument, NULL, 'T'}, {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    const char *addr_flag = NULL, *token_file = getenv("DTRAIN_TOKEN_FILE");
+    double timeout_s = 5;
+    int json = 0, ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'a':
+            addr_flag = optarg;
+            break;
+        case 't':
+            token_file = optarg;
+            break;
+        case 'T':
+            timeout_s = atof(optarg);
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dtrain cluster: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (timeout_s <= 0)
+        timeout_s = 5;
+    char addr[256];
+    dt_cli_daemon_addr(addr_flag, addr, sizeof addr);
+    dt_err err = {0};
+    char *token = NULL;
+    if (token_file && *token_file && dt_rpc_token_load(token_file, &token, &err) != DT_OK) {
+        fprintf(stderr, "dtrain cluster: %s\n", err.msg);
+        return 2;
+    }
+    dt_rpc_channel *chn = NULL;
+    if (dt_rpc_channel_new(addr, token, &chn, &err) != DT_OK) {
+        fprintf(stderr, "dtrain cluster: %s\n", err.msg);
+        free(token);
+        return 1;
+    }
+    Dtrain__V1__ClusterInfoRequest req = DTRAIN__V1__CLUSTER_INFO_REQUEST__INIT;
+    Dtrain__V1__ClusterInfoReply *rep = NULL;
+    dt_status st = dt_rpc_unary(chn, DT_RPC_CLUSTER_INFO, &req.base,
+                                &dtrain__v1__cluster_info_reply__descriptor,
+                                (ProtobufCMessage **)&rep, (int64_t)(timeout_s * 1000), &err);
+    int rc = 0;
+    if (st != DT_OK) {
+        fprintf(stderr, "dtrain cluster: %s\n", err.msg);
+        if (st == DT_EPEER)
+            fprintf(stderr, "  is dtraind running there? pass --addr HOST:PORT or set "
+                            "DTRAIN_ADDR\n");
+        rc = st == DT_EAUTH ? 2 : 1;
+    } else if (!rep->view) {
+        fprintf(stderr, "dtrain cluster: %s sent an empty view\n", addr);
+        rc = 1;
+    } else if (json) {
+        print_json(rep->view);
+    } else {
+        print_table(rep->view);
+    }
+    if (rep)
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    dt_rpc_channel_free(chn);
+    free(token);
+    return rc;
 }

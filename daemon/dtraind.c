@@ -1,18 +1,461 @@
-/* dtraind - the daemon: placeholder main until the cluster lands. */
+/*
+ * dtraind - the daemon: one per host. Parses flags and TF_CONFIG, then wires the rpc server,
+ * the cluster and the signals onto one libuv loop. Exit status: 0 after a clean leave, 1 when
+ * the cluster cannot go on (rendezvous timeout, port in use), 2 for bad usage or configuration.
+ */
+#include "cluster/cluster.h"
+#include "config/tfconfig.h"
+#include "core/buf.h"
+#include "core/limits.h"
 #include "core/log.h"
+#include "core/sdnotify.h"
+#include "rpc/rpc.h"
 
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+
+typedef struct daemon_opts {
+    const char *tf_config_file;
+    const char *listen;
+    const char *token_file;
+    const char *state_dir;
+    const char *data_root;
+    const char *ready_file;
+    int insecure;
+    int check;
+    int json;
+    double rendezvous_timeout_s;
+} daemon_opts;
+
+typedef struct dt_daemon {
+    daemon_opts o;
+    uv_loop_t loop;
+    dt_cluster_spec spec;
+    char *token;
+    dt_rpc_server *rpc;
+    dt_cluster *cluster;
+    uv_signal_t sigterm, sigint;
+    int exit_code;
+    int stopping;
+} dt_daemon;
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: dtraind [options]\n\n"
+        "Runs this host's task of a dtrain cluster. The cluster and the task come from the\n"
+        "TF_CONFIG environment variable (or --tf-config FILE); without either, the daemon is a\n"
+        "one-worker cluster on --listen.\n\n"
+        "options:\n"
+        "  --tf-config FILE          read TF_CONFIG from FILE instead of the environment\n"
+        "  --listen HOST:PORT        address to bind (default: this task's address in\n"
+        "                            TF_CONFIG, else 127.0.0.1:7000)\n"
+        "  --token-file FILE         shared cluster token; every peer and client must prove it\n"
+        "  --insecure                allow a non-loopback address without a token\n"
+        "  --rendezvous-timeout SEC  give up forming the cluster after SEC seconds (default 300)\n"
+        "  --state-dir DIR           where jobs, checkpoints and logs are written\n"
+        "  --data-root DIR           job specs may only read files under DIR\n"
+        "  --ready-file FILE         write FILE (JSON) once the cluster is formed\n"
+        "  --log-level LEVEL         error|warn|info|debug|trace (default info; or DT_LOG)\n"
+        "  --check                   validate the configuration, print the resolved task, exit\n"
+        "  --json                    with --check: print JSON\n"
+        "  --version, --help\n\n"
+        "Exit status: 0 clean shutdown, 1 runtime failure, 2 bad usage or configuration.\n");
+}
+
+static int parse_args(int argc, char **argv, daemon_opts *o)
+{
+    enum {
+        OPT_TF = 256,
+        OPT_LISTEN,
+        OPT_TOKEN,
+        OPT_INSECURE,
+        OPT_RDV,
+        OPT_STATE,
+        OPT_DATA,
+        OPT_READY,
+        OPT_LOG,
+        OPT_CHECK,
+        OPT_JSON,
+        OPT_VERSION,
+        OPT_HELP
+    };
+    static const struct option longopts[] = {
+        {"tf-config", required_argument, NULL, OPT_TF},
+        {"listen", required_argument, NULL, OPT_LISTEN},
+        {"token-file", required_argument, NULL, OPT_TOKEN},
+        {"insecure", no_argument, NULL, OPT_INSECURE},
+        {"rendezvous-timeout", required_argument, NULL, OPT_RDV},
+        {"state-dir", required_argument, NULL, OPT_STATE},
+        {"data-root", required_argument, NULL, OPT_DATA},
+        {"ready-file", required_argument, NULL, OPT_READY},
+        {"log-level", required_argument, NULL, OPT_LOG},
+        {"check", no_argument, NULL, OPT_CHECK},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    o->rendezvous_timeout_s = 300;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case OPT_TF:
+            o->tf_config_file = optarg;
+            break;
+        case OPT_LISTEN:
+            o->listen = optarg;
+            break;
+        case OPT_TOKEN:
+            o->token_file = optarg;
+            break;
+        case OPT_INSECURE:
+            o->insecure = 1;
+            break;
+        case OPT_RDV: {
+            char *end;
+            o->rendezvous_timeout_s = strtod(optarg, &end);
+            if (*end || o->rendezvous_timeout_s <= 0 || o->rendezvous_timeout_s > 86400) {
+                fprintf(stderr,
+                        "dtraind: --rendezvous-timeout %s: give seconds, 0 < SEC <= 86400\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        }
+        case OPT_STATE:
+            o->state_dir = optarg;
+            break;
+        case OPT_DATA:
+            o->data_root = optarg;
+            break;
+        case OPT_READY:
+            o->ready_file = optarg;
+            break;
+        case OPT_LOG: {
+            dt_log_level l;
+            if (dt_log_parse_level(optarg, &l) != DT_OK) {
+                fprintf(stderr, "dtraind: --log-level %s: use error, warn, info, debug or trace\n",
+                        optarg);
+                return 2;
+            }
+            dt_log_set_level(l);
+            break;
+        }
+        case OPT_CHECK:
+            o->check = 1;
+            break;
+        case OPT_JSON:
+            o->json = 1;
+            break;
+        case OPT_VERSION:
+            printf("dtraind %s\n", DT_VERSION);
+            return 0;
+        case 'h':
+        case OPT_HELP:
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dtraind: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    return -1;
+}
+
+/* Loads the cluster spec: --tf-config FILE, else $TF_CONFIG, else a one-worker cluster. */
+static int load_spec(dt_daemon *d)
+{
+    dt_err err = {0};
+    char *text = NULL;
+    size_t len = 0;
+    const char *source = "TF_CONFIG";
+    if (d->o.tf_config_file) {
+        if (dt_file_read_all(d->o.tf_config_file, DT_MAX_TFCONFIG, &text, &len, &err) != DT_OK) {
+            fprintf(stderr, "dtraind: --tf-config: %s\n", err.msg);
+            return 2;
+        }
+        source = d->o.tf_config_file;
+    } else {
+        const char *env = getenv("TF_CONFIG");
+        if (env && *env) {
+            text = strdup(env);
+            len = strlen(env);
+        }
+    }
+    dt_status st;
+    if (text)
+        st = dt_tfconfig_parse(text, len, &d->spec, &err);
+    else
+        st = dt_tfconfig_single(d->o.listen ? d->o.listen : "127.0.0.1:7000", &d->spec, &err);
+    free(text);
+    if (st != DT_OK) {
+        fprintf(stderr, "dtraind: %s: %s\n", source, err.msg);
+        return 2;
+    }
+    if (!d->spec.has_self) {
+        fprintf(stderr,
+                "dtraind: %s has no \"task\": add {\"task\": {\"type\": \"worker\", "
+                "\"index\": N}} to say which task this daemon runs\n",
+                source);
+        return 2;
+    }
+    return -1;
+}
+
+static int print_check(const dt_daemon *d)
+{
+    const dt_cluster_spec *s = &d->spec;
+    const dt_task *chief = &s->tasks[s->chief];
+    char self[40], chief_name[40];
+    dt_task_name(&s->self, self, sizeof self);
+    dt_task_name(chief, chief_name, sizeof chief_name);
+    if (d->o.json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "task_type", dt_task_type_name(s->self.type));
+        cJSON_AddNumberToObject(j, "task_index", s->self.index);
+        if (s->self.rank >= 0)
+            cJSON_AddNumberToObject(j, "rank", s->self.rank);
+        else
+            cJSON_AddNullToObject(j, "rank");
+        cJSON_AddNumberToObject(j, "world_size", s->world_size);
+        cJSON_AddStringToObject(j, "chief", chief_name);
+        cJSON_AddBoolToObject(j, "is_chief", s->self.rank == 0);
+        cJSON_AddStringToObject(j, "address", s->self.address);
+        char *out = cJSON_Print(j);
+        printf("%s\n", out);
+        free(out);
+        cJSON_Delete(j);
+    } else {
+        printf("task:       %s\n", self);
+        printf("address:    %s\n", s->self.address[0] ? s->self.address : "(not in cluster)");
+        if (s->self.rank >= 0)
+            printf("rank:       %d of %d\n", s->self.rank, s->world_size);
+        else
+            printf("rank:       none (outside the ring)\n");
+        printf("world size: %d\n", s->world_size);
+        printf("chief:      %s (%s)%s\n", chief_name, chief->address,
+               s->self.rank == 0 ? ", this task" : "");
+    }
+    if (s->self.type == DT_TASK_PS) {
+        fprintf(stderr,
+                "dtraind: this task is ps:%d, but dtrain has no parameter servers: every "
+                "worker holds the whole model; remove \"ps\" or run no daemon there\n",
+                s->self.index);
+        return 2;
+    }
+    return 0;
+}
+
+static void count_hw(int *cores, int *gpus)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    *cores = n > 0 ? (int)n : 1;
+    *gpus = 0;
+    DIR *dir = opendir("/dev");
+    if (!dir)
+        return;
+    struct dirent *e;
+    while ((e = readdir(dir)))
+        if (strncmp(e->d_name, "nvidia", 6) == 0 && e->d_name[6] >= '0' && e->d_name[6] <= '9')
+            (*gpus)++;
+    closedir(dir);
+}
+
+static void daemon_stop(dt_daemon *d, int code);
+
+static void on_closed_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+static void daemon_stop(dt_daemon *d, int code)
+{
+    if (d->stopping)
+        return;
+    d->stopping = 1;
+    d->exit_code = code;
+    dt_cluster_free(d->cluster);
+    d->cluster = NULL;
+    dt_rpc_server_free(d->rpc);
+    d->rpc = NULL;
+    uv_signal_stop(&d->sigterm);
+    uv_signal_stop(&d->sigint);
+    uv_close((uv_handle_t *)&d->sigterm, NULL);
+    uv_close((uv_handle_t *)&d->sigint, NULL);
+}
+
+static void on_left(void *ctx)
+{
+    dt_daemon *d = ctx;
+    DT_INFO("daemon", "left the cluster; exiting");
+    dt_sd_notify("STATUS=stopped");
+    daemon_stop(d, 0);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    dt_daemon *d = h->data;
+    if (d->stopping || !d->cluster)
+        return;
+    DT_INFO("daemon", "%s: leaving the cluster", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    dt_sd_notify("STOPPING=1");
+    dt_cluster_leave(d->cluster, on_left, d);
+}
+
+static void on_formed(void *ctx, uint64_t generation)
+{
+    dt_daemon *d = ctx;
+    dt_sd_notifyf("READY=1\nSTATUS=cluster formed: %d tasks, generation %llu", d->spec.world_size,
+                  (unsigned long long)generation);
+    if (d->o.ready_file) {
+        char buf[512];
+        int n = snprintf(buf, sizeof buf,
+                         "{\"address\": \"%s\", \"port\": %d, \"rank\": %d, \"world_size\": %d, "
+                         "\"generation\": %llu, \"pid\": %ld}\n",
+                         d->spec.self.address, dt_rpc_server_port(d->rpc), d->spec.self.rank,
+                         d->spec.world_size, (unsigned long long)generation, (long)getpid());
+        dt_err err = {0};
+        if (dt_file_write_atomic(d->o.ready_file, buf, (size_t)n, &err) != DT_OK)
+            DT_WARN("daemon", "--ready-file: %s", err.msg);
+    }
+}
+
+static void on_fatal(void *ctx, dt_status st, const char *msg)
+{
+    dt_daemon *d = ctx;
+    DT_ERROR("cluster", "%s", msg);
+    dt_sd_notifyf("STATUS=failed: %s", msg);
+    daemon_stop(d, st == DT_ESTATE || st == DT_EINVAL || st == DT_EAUTH ? 2 : 1);
+}
+
+static void on_call(void *ctx, dt_rpc_call *call)
+{
+    dt_daemon *d = ctx;
+    if (d->cluster && dt_cluster_handle_call(d->cluster, call))
+        return;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s is not served by this daemon (dtraind %s)",
+             dt_rpc_call_method(call), DT_VERSION);
+    dt_rpc_call_fail(call, DT_ENOTSUP, msg);
+}
+
+static int run(dt_daemon *d)
+{
+    dt_err err = {0};
+    const char *bind = d->o.listen ? d->o.listen : d->spec.self.address;
+    char host[DT_MAX_ADDRESS];
+    int port;
+    if (dt_tfconfig_split_address(bind, host, sizeof host, &port, &err) != DT_OK) {
+        fprintf(stderr, "dtraind: --listen: %s\n", err.msg);
+        return 2;
+    }
+    if (d->o.token_file && dt_rpc_token_load(d->o.token_file, &d->token, &err) != DT_OK) {
+        fprintf(stderr, "dtraind: --token-file: %s\n", err.msg);
+        return 2;
+    }
+    bool loopback = dt_rpc_host_is_loopback(host);
+    for (size_t i = 0; i < d->spec.ntasks && loopback; i++)
+        loopback = dt_rpc_host_is_loopback(d->spec.tasks[i].host);
+    if (!loopback && !d->token && !d->o.insecure) {
+        fprintf(stderr,
+                "dtraind: refusing to serve %s beyond this host without a token: give "
+                "every daemon the same --token-file (or pass --insecure on a trusted "
+                "network)\n",
+                bind);
+        return 2;
+    }
+    if (d->o.state_dir && mkdir(d->o.state_dir, 0750) != 0 && errno != EEXIST) {
+        fprintf(stderr, "dtraind: --state-dir %s: %s\n", d->o.state_dir, strerror(errno));
+        return 2;
+    }
+    char tag[48];
+    dt_task_name(&d->spec.self, tag, sizeof tag);
+    dt_log_set_tag(tag);
+    if (d->spec.self.type != DT_TASK_CHIEF && d->spec.self.type != DT_TASK_WORKER) {
+        fprintf(stderr,
+                "dtraind: this task is %s, but only chief and worker tasks run a daemon "
+                "in this version\n",
+                tag);
+        return 2;
+    }
+
+    uv_loop_init(&d->loop);
+    dt_rpc_server_opts so = {
+        .address = bind, .loop = &d->loop, .handler = on_call, .ctx = d, .token = d->token};
+    if (dt_rpc_server_new(&so, &d->rpc, &err) != DT_OK) {
+        DT_ERROR("daemon", "%s", err.msg);
+        uv_loop_close(&d->loop);
+        return 1;
+    }
+    DT_INFO("daemon", "dtraind %s serving %s as %s (rank %d of %d)%s", DT_VERSION, bind, tag,
+            d->spec.self.rank, d->spec.world_size, d->token ? ", token required" : "");
+    int cores, gpus;
+    count_hw(&cores, &gpus);
+    dt_cluster_opts co = {
+        .loop = &d->loop,
+        .spec = &d->spec,
+        .token = d->token,
+        .rendezvous_timeout_ms = (int64_t)(d->o.rendezvous_timeout_s * 1000),
+        .cores = cores,
+        .gpus = gpus,
+        .on_formed = on_formed,
+        .on_fatal = on_fatal,
+        .ctx = d,
+    };
+    if (dt_cluster_new(&co, &d->cluster, &err) != DT_OK) {
+        DT_ERROR("daemon", "%s", err.msg);
+        daemon_stop(d, 1);
+    } else {
+        uv_signal_init(&d->loop, &d->sigterm);
+        uv_signal_init(&d->loop, &d->sigint);
+        d->sigterm.data = d->sigint.data = d;
+        uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+        uv_signal_start(&d->sigint, on_signal, SIGINT);
+        dt_sd_notifyf("STATUS=waiting for %d tasks to join", d->spec.world_size);
+        dt_cluster_start(d->cluster);
+    }
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    /* Anything still open (should be nothing) is closed before the loop goes. */
+    uv_walk(&d->loop, on_closed_walk, NULL);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&d->loop);
+    return d->exit_code;
+}
 
 int main(int argc, char **argv)
 {
     dt_log_init();
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("dtraind %s\n", DT_VERSION);
-            return 0;
-        }
-    }
-    fprintf(stderr, "dtraind: not implemented yet\n");
-    return 2;
+    signal(SIGPIPE, SIG_IGN);
+    dt_daemon d;
+    memset(&d, 0, sizeof d);
+    int rc = parse_args(argc, argv, &d.o);
+    if (rc >= 0)
+        return rc;
+    rc = load_spec(&d);
+    if (rc >= 0)
+        return rc;
+    if (d.o.check)
+        rc = print_check(&d);
+    else
+        rc = run(&d);
+    dt_tfconfig_destroy(&d.spec);
+    free(d.token);
+    return rc;
 }

@@ -1,0 +1,27 @@
+/* rpc_internal.h - shared by the files of lib/rpc only. */
+#ifndef DT_RPC_INTERNAL_H
+#define DT_RPC_INTERNAL_H
+
+#include "rpc/rpc.h"
+
+#include <grpc/grpc.h>
+
+/* Channel or server args: message size caps, no SO_REUSEPORT (two daemons must never share a
+ * port), short reconnect backoff so restarted peers are found again within a second. */
+grpc_channel_args *dt__rpc_args_new(int server);
+void dt__rpc_args_free(grpc_channel_args *args);
+
+/* Constant-time comparison of the "authorization" metadata against "Bearer <token>". */
+int dt__rpc_auth_ok(const grpc_metadata_array *md, const char *token);
+
+grpc_status_code dt__rpc_status_to_grpc(dt_status st);
+dt_status dt__rpc_status_from_grpc(grpc_status_code code);
+
+/* Flattens a received byte buffer into a malloc'd array (caller frees). */
+dt_status dt__rpc_buffer_flatten(grpc_byte_buffer *bb, uint8_t **data, size_t *len);
+/* Encodes msg into a new byte buffer (caller destroys). */
+grpc_byte_buffer *dt__rpc_buffer_pack(const ProtobufCMessage *msg);
+
+gpr_timespec dt__rpc_deadline_ms(int64_t ms);
+
+#endif
