@@ -313,8 +313,10 @@ static void diff_put(diff_out *d, const char *s, size_t len)
 {
     for (size_t i = 0; i < len && !d->full; i++) {
         if (d->len + 4 >= d->n) { /* keep room for "..." and the NUL */
-            memcpy(d->out + d->len, "...", 3);
-            d->len += 3;
+            if (d->len + 4 <= d->n) {
+                memcpy(d->out + d->len, "...", 3);
+                d->len += 3;
+            }
             d->full = 1;
             break;
         }

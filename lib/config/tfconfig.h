@@ -29,8 +29,9 @@
  * DT_MAX_CLUSTER_TASKS tasks (DT_ETOOBIG). Every error message starts "tfconfig: $.json.path:",
  * shows the offending value and says what to write instead.
  *
- * Thread-safety: plain data; parse/destroy from one thread. The parser keeps no global state (it
- * does not use cJSON_GetErrorPtr's global), so different threads may parse different texts.
+ * Thread-safety: plain data; parse/destroy a spec from one thread. The parser reads no global
+ * state (the error offset comes from cJSON's return_parse_end, not cJSON_GetErrorPtr()), but
+ * cJSON still writes its error global on a failed parse: parse at start-up, from one thread.
  */
 #ifndef DT_CONFIG_TFCONFIG_H
 #define DT_CONFIG_TFCONFIG_H

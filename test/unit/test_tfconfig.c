@@ -463,6 +463,11 @@ DT_TEST(tfconfig_diff_untrusted_and_short_buffers)
     char tiny[4] = "xyz";
     dt_tfconfig_diff("worker:0=a:1", "", tiny, sizeof tiny);
     ASSERT_LT(strlen(tiny), sizeof tiny);
+    for (size_t n = 1; n <= 3; n++) { /* too small even for "...": still bounded and terminated */
+        char small[3] = {'x', 'x', 'x'};
+        dt_tfconfig_diff("worker:0=a:1", "", small, n);
+        ASSERT_LT(strlen(small), n);
+    }
     dt_tfconfig_diff("worker:0=a:1", "", tiny, 0); /* n == 0 writes nothing */
 }
 
