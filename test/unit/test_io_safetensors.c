@@ -610,3 +610,44 @@ DT_TEST_TIMEOUT(io_st_python_cross_check, 120)
     ASSERT_EQ(dt_st_at(f, 0)->dtype, DT_ST_F64); /* offset order: 8-byte types first */
     dt_st_free(f);
 }
+
+/* test/ref/hf_safetensors_0.8.0.safetensors was written by huggingface's own library
+ * (safetensors 0.8.0, torch 2.11):
+ *   save_file({"a": arange(6.).reshape(2, 3), "b": tensor([1., -2, 3], dtype=bfloat16),
+ *              "c": tensor(7), "e": zeros(0, 2, dtype=float16)}, path, metadata={"k": "v"})
+ * (That library also read back a file of ours, cross_tensors, with every value equal.) */
+DT_TEST(io_st_reads_reference_library_file)
+{
+    dt_err err = {0};
+    dt_st_file *f = NULL;
+    ASSERT_OK(dt_st_open(dt_test_src_path("test/ref/hf_safetensors_0.8.0.safetensors"), &f, &err),
+              &err);
+    ASSERT_EQ(dt_st_count(f), 4);
+    ASSERT_STREQ(dt_st_metadata(f, "k"), "v");
+    /* Offset order: the reference sorts by dtype alignment, then name. */
+    ASSERT_STREQ(dt_st_at(f, 0)->name, "c");
+    ASSERT_STREQ(dt_st_at(f, 3)->name, "e");
+    const dt_st_tensor *a = dt_st_find(f, "a");
+    ASSERT_EQ(a->dtype, DT_ST_F32);
+    ASSERT_EQ(a->ndim, 2);
+    ASSERT_EQ(a->shape[0], 2);
+    ASSERT_EQ(a->shape[1], 3);
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(((const float *)a->data)[i], i, 0);
+    const dt_st_tensor *b = dt_st_find(f, "b");
+    ASSERT_EQ(b->dtype, DT_ST_BF16);
+    const uint16_t *bv = b->data;
+    ASSERT_EQ(bv[0], to_bf16(1.0f));
+    ASSERT_EQ(bv[1], to_bf16(-2.0f));
+    ASSERT_EQ(bv[2], to_bf16(3.0f));
+    const dt_st_tensor *c = dt_st_find(f, "c");
+    ASSERT_EQ(c->dtype, DT_ST_I64);
+    ASSERT_EQ(c->ndim, 0);
+    ASSERT_EQ(*(const int64_t *)c->data, 7);
+    const dt_st_tensor *e = dt_st_find(f, "e");
+    ASSERT_EQ(e->dtype, DT_ST_F16);
+    ASSERT_EQ(e->nbytes, 0);
+    ASSERT_EQ(e->shape[0], 0);
+    ASSERT_EQ(e->shape[1], 2);
+    dt_st_free(f);
+}
