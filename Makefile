@@ -64,6 +64,9 @@ DAEMON_SRC := daemon/dtraind.c $(wildcard daemon/daemon_*.c)
 CLI_SRC    := daemon/dtrain.c $(wildcard daemon/cli_*.c)
 TEST_SRC   := $(sort $(wildcard test/unit/*.c))
 LIBDTRAIN  := $(BUILD)/libdtrain.a
+# Generated protobuf-c sources are kept: without this make treats them as intermediate files of
+# the pattern rules and deletes them after a clean build, forcing a full rebuild the next time.
+.SECONDARY: $(PROTO_C) $(PROTO_H)
 
 .PHONY: all deps deps-check test asan demo bench format clean features
 all: features $(BIN)/dtraind $(BIN)/dtrain $(BUILD)/dt_test

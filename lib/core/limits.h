@@ -18,5 +18,6 @@
 #define DT_MAX_IDX_DIMS        8            /* IDX rank */
 #define DT_MAX_CSV_LINE        (1u << 20)   /* one CSV line */
 #define DT_MAX_SAFETENSORS_HDR (100u << 20) /* safetensors JSON header */
+#define DT_MAX_SAFETENSORS_FILE (64ull << 30) /* a whole safetensors file, read into memory */
 
 #endif
