@@ -35,6 +35,7 @@ DT__NAMES=()       # their names (log: $DT_TEST_TMP/NAME.log), same order
 DT__NETNS_UP=0     # 1 once dt_netns_up ran: the EXIT trap takes the test bed down
 DT__REPORTED=0     # 1 once dt_fail printed the logs
 DT__WATCHDOG=""
+DT__ON_EXIT=()     # commands registered with dt_on_exit
 DT_NETNS=$DT_SRC_DIR/scripts/netns-cluster.sh
 
 # ---- failing, skipping ---------------------------------------------------------------------
@@ -204,7 +205,9 @@ print(doc if isinstance(doc, str) else json.dumps(doc, separators=(",", ":")))
 dt_bg() {
   local name=$1
   shift
-  "$@" >"$DT_TEST_TMP/$name.log" 2>&1 </dev/null &
+  # Truncate here, append there: the child opens the log later than this function returns.
+  : >"$DT_TEST_TMP/$name.log"
+  "$@" >>"$DT_TEST_TMP/$name.log" 2>&1 </dev/null &
   DT_LAST_PID=$!
   DT__PIDS+=("$DT_LAST_PID")
   DT__NAMES+=("$name")
@@ -271,6 +274,10 @@ dt__stop_pids() {
   for p in "$@"; do wait "$p" 2>/dev/null || true; done
 }
 
+# dt_on_exit CMD...: run CMD (through eval) in the EXIT trap, before the processes are stopped;
+# for things lib.sh does not track (daemons in their own session, mounts). Its failure is ignored.
+dt_on_exit() { DT__ON_EXIT+=("$*"); }
+
 # ---- network namespaces ----------------------------------------------------------------------
 
 # dt_netns_up N [RATE]: bring up a test bed private to this test (prefix dtt<PID>, subnet
@@ -312,6 +319,8 @@ dt__cleanup() {
     echo "FAIL: exit status $rc${DT__ERR_AT:+ after a failed command at $DT__ERR_AT}" >&2
     dt__dump_logs
   fi
+  local c
+  for c in "${DT__ON_EXIT[@]}"; do eval "$c"; done
   # The watchdog (a subshell and its sleep) goes with the rest.
   local pids=(${DT__WATCHDOG:+"$DT__WATCHDOG"} "${DT__PIDS[@]}")
   ((${#pids[@]} == 0)) || dt__stop_pids "${pids[@]}"
