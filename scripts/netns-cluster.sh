@@ -169,8 +169,10 @@ cmd_up() {
 
 cmd_down() {
   local ns pids rc=0
-  [[ $(id -u) -eq 0 ]] || die "must run as root"
+  # Already down (or never up: no `ip`, nothing named with the prefix) is success, root or not.
   command -v ip >/dev/null || return 0
+  [[ -n $(list_ns) ]] || return 0
+  [[ $(id -u) -eq 0 ]] || die "must run as root to remove $(list_ns | tr '\n' ' ')"
   for ns in $(list_ns); do
     # Processes left inside (listeners, daemons) would keep the namespace alive unnamed.
     pids=$(ip netns pids "$ns" 2>/dev/null | grep -v -x -e "$$" || true)
@@ -231,7 +233,6 @@ up)
   cmd_up "$@"
   ;;
 down)
-  need_tools
   cmd_down
   ;;
 exec)

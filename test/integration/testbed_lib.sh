@@ -5,6 +5,7 @@
 # shellcheck disable=SC2016  # the child tests' bodies are single-quoted on purpose
 source "$(dirname "$0")/lib.sh"
 LIB=$DT_SRC_DIR/test/integration/lib.sh
+[[ -x /usr/bin/python3 ]] || dt_skip "/usr/bin/python3 not installed (dt_json_get and the port checks use it)"
 
 # --- dt_free_ports: N distinct ports, all bindable on 127.0.0.1 at once ---
 # Bound as a server binds (SO_REUSEADDR, so a port in TIME_WAIT counts as free). Another process
