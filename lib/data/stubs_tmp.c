@@ -5,9 +5,3 @@ dt_status dt_csv_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
     *out = NULL;
     return dt_err_set(err, DT_ENOTSUP, "csv: not yet");
 }
-dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
-{
-    (void)src;
-    *out = NULL;
-    return dt_err_set(err, DT_ENOTSUP, "tfrecord: not yet");
-}
