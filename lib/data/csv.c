@@ -13,15 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct csv_row {
-    dt_buf text;   /* unescaped fields, each NUL-terminated */
-    size_t *off;   /* (n) start of field i in text */
-    size_t n, cap; /* fields */
-    uint64_t line; /* 1-based line where the row starts */
-    uint64_t byte; /* offset where the row starts */
-} csv_row;
-
-static dt_status row_push_field(csv_row *r, const char *path, dt_err *err)
+static dt_status row_push_field(dt__csv_row *r, const char *path, dt_err *err)
 {
     if (r->n == r->cap) {
         if (r->cap >= DT_MAX_CSV_COLUMNS)
@@ -38,7 +30,7 @@ static dt_status row_push_field(csv_row *r, const char *path, dt_err *err)
     return DT_OK;
 }
 
-static dt_status row_putc(csv_row *r, char c, const char *path, dt_err *err)
+static dt_status row_putc(dt__csv_row *r, char c, const char *path, dt_err *err)
 {
     if (dt_buf_append(&r->text, &c, 1, NULL) != DT_OK)
         return dt_err_set(err, DT_ETOOBIG, "%s:%llu: a row longer than %u bytes (DT_MAX_CSV_LINE)",
@@ -46,10 +38,17 @@ static dt_status row_putc(csv_row *r, char c, const char *path, dt_err *err)
     return DT_OK;
 }
 
+void dt__csv_row_destroy(dt__csv_row *r)
+{
+    free(r->off);
+    dt_buf_destroy(&r->text);
+    memset(r, 0, sizeof *r);
+}
+
 /* Parses the row starting at *pos into r; *line counts newlines. Returns DT_ENOENT at the end.
  * Empty lines are skipped. */
-static dt_status next_row(const char *s, size_t len, size_t *pos, uint64_t *line, const char *path,
-                          csv_row *r, dt_err *err)
+dt_status dt__csv_next_row(const char *s, size_t len, size_t *pos, uint64_t *line, const char *path,
+                           dt__csv_row *r, dt_err *err)
 {
     size_t p = *pos;
     while (p < len && (s[p] == '\n' || s[p] == '\r')) {
@@ -112,12 +111,12 @@ static dt_status next_row(const char *s, size_t len, size_t *pos, uint64_t *line
     return DT_OK;
 }
 
-static const char *field(const csv_row *r, size_t i)
+const char *dt__csv_field(const dt__csv_row *r, size_t i)
 {
     return r->text.data + r->off[i];
 }
 
-static bool parse_num(const char *f, double *out)
+bool dt__csv_parse_num(const char *f, double *out)
 {
     while (*f == ' ' || *f == '\t')
         f++;
@@ -160,7 +159,7 @@ static int col_by_name(const csv_cols *c, const char *name)
 }
 
 /* Resolves the label and feature columns of the first file. */
-static dt_status resolve_cols(const dt_data_source *src, const csv_row *hdr, const char *path,
+static dt_status resolve_cols(const dt_data_source *src, const dt__csv_row *hdr, const char *path,
                               csv_cols *c, dt_err *err)
 {
     c->ncols = hdr->n;
@@ -169,7 +168,7 @@ static dt_status resolve_cols(const dt_data_source *src, const csv_row *hdr, con
         if (!c->names)
             return dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
         for (size_t i = 0; i < c->ncols; i++)
-            if (!(c->names[i] = strdup(field(hdr, i))))
+            if (!(c->names[i] = strdup(dt__csv_field(hdr, i))))
                 return dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
     }
     c->label = -1;
@@ -221,7 +220,7 @@ dt_status dt_csv_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
     dt_status st = DT_OK;
     dt_dataset *ds = NULL;
     char *text = NULL;
-    csv_row row = {0};
+    dt__csv_row row = {0};
     csv_cols cols = {0};
     dt__fvec x = {.max = DT_MAX_DATA_FILE / sizeof(float)};
     double *lab = NULL;
@@ -248,7 +247,7 @@ dt_status dt_csv_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
             goto fail;
         }
         if (src->header || fidx == 0) {
-            st = next_row(text, len, &pos, &line, path, &row, err);
+            st = dt__csv_next_row(text, len, &pos, &line, path, &row, err);
             if (st == DT_ENOENT) {
                 st = dt_err_set(err, DT_EINVAL, "%s: empty file", path);
                 goto fail;
@@ -265,7 +264,7 @@ dt_status dt_csv_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
             } else {
                 bool same = row.n == cols.ncols;
                 for (size_t i = 0; same && i < row.n; i++)
-                    same = strcmp(field(&row, i), cols.names[i]) == 0;
+                    same = strcmp(dt__csv_field(&row, i), cols.names[i]) == 0;
                 if (!same) {
                     st = dt_err_set(err, DT_EINVAL, "%s:1: the header differs from %s's", path,
                                     src->files[0]);
@@ -276,7 +275,7 @@ dt_status dt_csv_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
                 pos = 0, line = 1; /* the first row was data: read it again */
         }
         for (;;) {
-            st = next_row(text, len, &pos, &line, path, &row, err);
+            st = dt__csv_next_row(text, len, &pos, &line, path, &row, err);
             if (st == DT_ENOENT) {
                 st = DT_OK;
                 break;
@@ -291,12 +290,12 @@ dt_status dt_csv_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
             }
             for (size_t i = 0; i < cols.nfeat; i++) {
                 double v;
-                if (!parse_num(field(&row, cols.feat[i]), &v)) {
+                if (!dt__csv_parse_num(dt__csv_field(&row, cols.feat[i]), &v)) {
                     st = dt_err_set(
                         err, DT_EINVAL, "%s:%llu: column %s%s%s (%zu): \"%.40s\" is not a number",
                         path, (unsigned long long)row.line, cols.names ? "\"" : "",
                         cols.names ? cols.names[cols.feat[i]] : "", cols.names ? "\"" : "",
-                        cols.feat[i], field(&row, cols.feat[i]));
+                        cols.feat[i], dt__csv_field(&row, cols.feat[i]));
                     goto fail;
                 }
                 vals[i] = (float)v * src->scale;
@@ -304,12 +303,12 @@ dt_status dt_csv_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
             DT_TRY_GOTO(dt__fvec_push(&x, vals, cols.nfeat, path, err), st, fail);
             if (cols.label >= 0) {
                 double v;
-                if (!parse_num(field(&row, (size_t)cols.label), &v)) {
+                if (!dt__csv_parse_num(dt__csv_field(&row, (size_t)cols.label), &v)) {
                     st = dt_err_set(err, DT_EINVAL,
                                     "%s:%llu: label \"%.40s\" is not a number; map class names to "
                                     "integers 0..K-1",
                                     path, (unsigned long long)row.line,
-                                    field(&row, (size_t)cols.label));
+                                    dt__csv_field(&row, (size_t)cols.label));
                     goto fail;
                 }
                 if (nlab == cap_lab) {
@@ -374,8 +373,7 @@ fail:
     free(lab);
     free(vals);
     free(counts);
-    free(row.off);
-    dt_buf_destroy(&row.text);
+    dt__csv_row_destroy(&row);
     cols_destroy(&cols);
     return st;
 }

@@ -4,6 +4,8 @@
 #include "core/buf.h"
 #include "data/data.h"
 
+#include <cJSON.h>
+
 #include <stdint.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -194,4 +196,61 @@ DT_TEST(data_idx_bad_files_are_clear_errors)
     ASSERT_TRUE(ds == NULL);
     free(gzd);
     free(raw);
+}
+
+DT_TEST(data_fashion_mnist_spec_and_sharded_pipeline)
+{
+    need_fmnist();
+    dt_err err = {0};
+    cJSON *j = cJSON_Parse("{\"train\": {\"format\": \"idx\", \"images\": "
+                           "\"train-images-idx3-ubyte.gz\", \"labels\": "
+                           "\"train-labels-idx1-ubyte.gz\", \"scale\": 0.00392156862745098, "
+                           "\"image_shape\": [28, 28, 1]}, \"shuffle\": 10000, \"seed\": 1}");
+    dt_data_spec spec;
+    ASSERT_OK(dt_data_spec_parse(j, "$.data", FMNIST, &spec, &err), &err);
+    cJSON_Delete(j);
+    dt_dataset *ds;
+    ASSERT_OK(dt_dataset_load(&spec.train, &ds, &err), &err);
+    ASSERT_EQ(ds->n, 60000);
+    ASSERT_EQ(ds->x_rank, 3);
+    /* R = 1..5 replicas, AUTO (one data set -> DATA): disjoint shards whose union is all. */
+    uint8_t *seen = calloc(60000, 1);
+    for (int R = 1; R <= 5; R++) {
+        memset(seen, 0, 60000);
+        int64_t steps = -1, total = 0;
+        for (int r = 0; r < R; r++) {
+            dt_pipeline_opts o = dt_pipeline_opts_default();
+            o.global_batch = 60 * R;
+            o.num_replicas = R;
+            o.replica_rank = r;
+            o.shuffle = spec.shuffle;
+            o.seed = spec.seed;
+            dt_pipeline *p;
+            ASSERT_OK(dt_pipeline_new(ds, &o, &p, &err), &err);
+            if (steps < 0)
+                steps = dt_pipeline_steps_per_epoch(p);
+            ASSERT_EQ(dt_pipeline_steps_per_epoch(p), steps);
+            ASSERT_OK(dt_pipeline_epoch_begin(p, 3, &err), &err);
+            const dt_batch *b;
+            for (;;) {
+                ASSERT_OK(dt_pipeline_next(p, &b, dt_deadline_in(30000), &err), &err);
+                if (!b)
+                    break;
+                for (int i = 0; i < b->n; i++) {
+                    ASSERT_EQ(seen[b->index[i]], 0);
+                    seen[b->index[i]] = 1;
+                    ASSERT_EQ(b->y_i32[i], ds->y_i32[b->index[i]]);
+                }
+                if (b->n)
+                    ASSERT_NEAR(b->x[783], ds->x_u8[b->index[0] * 784 + 783] / 255.0, 1e-6);
+                total += b->n;
+            }
+            dt_pipeline_free(p);
+        }
+        ASSERT_EQ(total, 60000);
+        ASSERT_EQ(steps, (60000 + 60 * R - 1) / (60 * R));
+    }
+    free(seen);
+    dt_dataset_free(ds);
+    dt_data_spec_destroy(&spec);
 }

@@ -291,3 +291,68 @@ DT_TEST(data_tfrecord_example_type_errors)
     ASSERT_TRUE(ds == NULL);
     free(path);
 }
+
+DT_TEST(data_inspect_detects_formats_and_features)
+{
+    dt_err err = {0};
+    char *tf = tmp("i.tfrecord"), *tfgz = tmp("i.tfrecord.gz"), *csv = tmp("i.csv");
+    write_tfrecord(tf, 0, 7, false, false, NULL, 0, NULL);
+    write_tfrecord(tfgz, 0, 5, true, false, NULL, 0, NULL);
+    ASSERT_OK(dt_file_write_atomic(csv, "a,b,label\n1.5,x,1\n2,y,1\n3,z,0\n", 30, &err), &err);
+    dt_data_file_info info;
+    ASSERT_OK(dt_data_inspect(tf, "", &info, &err), &err);
+    ASSERT_STREQ(info.format, "tfrecord");
+    ASSERT_EQ(info.records, 7);
+    ASSERT_EQ(info.nfeatures, 4); /* x, image, label, id: used or not */
+    int seen = 0;
+    for (size_t i = 0; i < info.nfeatures; i++) {
+        const dt_data_feature_info *f = &info.features[i];
+        if (strcmp(f->name, "x") == 0) {
+            ASSERT_STREQ(f->dtype, "float32");
+            ASSERT_EQ(f->shape[0], 2);
+            seen++;
+        } else if (strcmp(f->name, "image") == 0) {
+            ASSERT_STREQ(f->dtype, "bytes");
+            seen++;
+        } else if (strcmp(f->name, "id") == 0) {
+            ASSERT_STREQ(f->dtype, "int64");
+            ASSERT_EQ(f->rank, 1);
+            ASSERT_EQ(f->shape[0], 1);
+            seen++;
+        }
+    }
+    ASSERT_EQ(seen, 3);
+    ASSERT_TRUE(info.has_labels);
+    ASSERT_EQ(info.nlabel_hist, 3);
+    ASSERT_EQ(info.label_hist[0], 3); /* 0, 3, 6 */
+    ASSERT_EQ(info.label_hist[2], 2);
+    dt_data_file_info_destroy(&info);
+    ASSERT_OK(dt_data_inspect(tfgz, "id", &info, &err), &err);
+    ASSERT_STREQ(info.format, "tfrecord.gz");
+    ASSERT_EQ(info.records, 5);
+    ASSERT_EQ(info.nlabel_hist, 5); /* histogram of "id" */
+    dt_data_file_info_destroy(&info);
+    ASSERT_OK(dt_data_inspect(csv, "", &info, &err), &err);
+    ASSERT_STREQ(info.format, "csv");
+    ASSERT_EQ(info.records, 3);
+    ASSERT_EQ(info.nfeatures, 3);
+    ASSERT_STREQ(info.features[0].dtype, "float32");
+    ASSERT_STREQ(info.features[1].dtype, "string");
+    ASSERT_STREQ(info.features[2].dtype, "int64");
+    ASSERT_EQ(info.label_hist[1], 2);
+    dt_data_file_info_destroy(&info);
+    /* a corrupt TFRecord is an error naming the record */
+    uint8_t *raw;
+    size_t n = write_tfrecord(tf, 0, 3, false, false, NULL, 0, &raw);
+    raw[n / 3 + 20] ^= 1;
+    ASSERT_OK(dt_file_write_atomic(tf, raw, n, &err), &err);
+    ASSERT_STATUS(dt_data_inspect(tf, "", &info, &err), DT_EPROTO);
+    ASSERT_CONTAINS(err.msg, "record 1");
+    char *none = tmp("none");
+    ASSERT_STATUS(dt_data_inspect(none, "", &info, &err), DT_ENOENT);
+    free(none);
+    free(raw);
+    free(tf);
+    free(tfgz);
+    free(csv);
+}
