@@ -19,5 +19,10 @@
 #define DT_MAX_CSV_LINE        (1u << 20)   /* one CSV line */
 #define DT_MAX_SAFETENSORS_HDR (100u << 20) /* safetensors JSON header */
 #define DT_MAX_SAFETENSORS_FILE (64ull << 30) /* a whole safetensors file, read into memory */
+#define DT_MAX_DATA_FILE       (4ull << 30) /* one data file, decoded (IDX, CSV, TFRecord .gz) */
+#define DT_MAX_DATA_FILES      65536        /* files of one data set (after globbing) */
+#define DT_MAX_DATA_FEATURES   256          /* features of one record / CSV columns used */
+#define DT_MAX_CSV_COLUMNS     65536        /* columns of one CSV line */
+#define DT_MAX_CLASSES         65536        /* label histogram ceiling (inspect) */
 
 #endif

@@ -1,0 +1,40 @@
+/* data_internal.h - what the files of lib/data share and nobody else uses (dt__data_*). */
+#ifndef DT_DATA_INTERNAL_H
+#define DT_DATA_INTERNAL_H
+
+#include "core/buf.h"
+#include "data/data.h"
+
+/* A zeroed dataset (x_scale = 1); DT_ENOMEM on failure. */
+dt_status dt__dataset_new(dt_dataset **out, dt_err *err);
+/* Records provenance: counts[f] examples came from names[f] (counts NULL: one file, all n). */
+dt_status dt__dataset_set_files(dt_dataset *ds, char *const *names, size_t nfiles,
+                                const size_t *counts, dt_err *err);
+
+/* A float array that grows to a ceiling of max elements (DT_ETOOBIG past it). */
+typedef struct dt__fvec {
+    float *v;
+    size_t len, cap, max;
+} dt__fvec;
+dt_status dt__fvec_push(dt__fvec *a, const float *src, size_t n, const char *what, dt_err *err);
+
+/* JPEG / PNG signatures: encoded images are refused for now. NULL if not an image. */
+const char *dt__data_image_kind(const uint8_t *p, size_t n);
+
+/* CSV rows (csv.c), shared with inspect.c. Init text with dt_buf_init(&r.text, DT_MAX_CSV_LINE). */
+typedef struct dt__csv_row {
+    dt_buf text;   /* unescaped fields, each NUL-terminated */
+    size_t *off;   /* (n) start of field i in text */
+    size_t n, cap; /* fields */
+    uint64_t line; /* 1-based line where the row starts */
+    uint64_t byte; /* offset where the row starts */
+} dt__csv_row;
+/* Parses the row at *pos of s (len bytes), skipping empty lines; DT_ENOENT at the end. */
+dt_status dt__csv_next_row(const char *s, size_t len, size_t *pos, uint64_t *line, const char *path,
+                           dt__csv_row *r, dt_err *err);
+const char *dt__csv_field(const dt__csv_row *r, size_t i);
+void dt__csv_row_destroy(dt__csv_row *r);
+/* A whole field as a finite number (surrounding blanks allowed). */
+bool dt__csv_parse_num(const char *f, double *out);
+
+#endif

@@ -1,0 +1,437 @@
+/* spec.c - the job spec's "data" section -> dt_data_spec. Every error names its JSON path.
+ * Unknown keys are errors too: a misspelt "sufle" must not silently train unshuffled. */
+#include "data/data_internal.h"
+
+#include <cJSON.h>
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Joins base_dir and a relative path (absolute paths and a NULL base stay as they are). */
+static char *resolve_path(const char *base, const char *path)
+{
+    if (!base || !base[0] || path[0] == '/')
+        return strdup(path);
+    size_t n = strlen(base) + strlen(path) + 2;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s/%s", base, path);
+    return s;
+}
+
+static bool has_glob(const char *s)
+{
+    return strpbrk(s, "*?[") != NULL;
+}
+
+static dt_status check_keys(const cJSON *obj, const char *path, const char *const *allowed,
+                            dt_err *err)
+{
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        bool ok = false;
+        for (const char *const *a = allowed; *a; a++)
+            ok = ok || strcmp(it->string, *a) == 0;
+        if (!ok)
+            return dt_err_set(err, DT_EINVAL, "%s.%s: unknown key", path, it->string);
+    }
+    return DT_OK;
+}
+
+static dt_status get_number(const cJSON *obj, const char *key, const char *path, bool positive,
+                            float *out, dt_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v)
+        return DT_OK;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || (positive && v->valuedouble <= 0))
+        return dt_err_set(err, DT_EINVAL, "%s.%s: expected a %snumber", path, key,
+                          positive ? "positive " : "");
+    *out = (float)v->valuedouble;
+    return DT_OK;
+}
+
+static dt_status parse_shape(const cJSON *v, const char *path, int *rank, int64_t *shape,
+                             dt_err *err)
+{
+    if (!cJSON_IsArray(v))
+        return dt_err_set(err, DT_EINVAL, "%s: expected an array of positive integers", path);
+    int n = cJSON_GetArraySize(v);
+    if (n > DT_MAX_IDX_DIMS)
+        return dt_err_set(err, DT_ETOOBIG, "%s: rank %d is over the limit of %d", path, n,
+                          DT_MAX_IDX_DIMS);
+    uint64_t prod = 1;
+    for (int i = 0; i < n; i++) {
+        const cJSON *d = cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsNumber(d) || d->valuedouble < 1 || d->valuedouble > (1 << 30) ||
+            d->valuedouble != floor(d->valuedouble))
+            return dt_err_set(err, DT_EINVAL, "%s[%d]: expected a positive integer", path, i);
+        shape[i] = (int64_t)d->valuedouble;
+        prod *= (uint64_t)shape[i];
+        if (prod > (1u << 30))
+            return dt_err_set(err, DT_ETOOBIG, "%s: more than 2^30 values per example", path);
+    }
+    *rank = n;
+    return DT_OK;
+}
+
+static dt_status push_file(dt_data_source *src, char *f, const char *path, dt_err *err)
+{
+    if (!f)
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
+    if (src->nfiles >= DT_MAX_DATA_FILES) {
+        free(f);
+        return dt_err_set(err, DT_ETOOBIG, "%s: more than %d files", path, DT_MAX_DATA_FILES);
+    }
+    char **v = realloc(src->files, (src->nfiles + 1) * sizeof(char *));
+    if (!v) {
+        free(f);
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
+    }
+    src->files = v;
+    src->files[src->nfiles++] = f;
+    return DT_OK;
+}
+
+/* "files": "a.tfrecord" | ["a-*.tfrecord", "b.tfrecord"]; globs expand in sorted order. */
+static dt_status parse_files(const cJSON *obj, const char *path, const char *base,
+                             dt_data_source *src, dt_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "files");
+    if (!v)
+        return dt_err_set(err, DT_EINVAL, "%s.files: missing (a path, a glob, or a list of them)",
+                          path);
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 1;
+    if (!cJSON_IsArray(v) && !cJSON_IsString(v))
+        return dt_err_set(err, DT_EINVAL, "%s.files: expected a string or an array of strings",
+                          path);
+    if (n == 0)
+        return dt_err_set(err, DT_EINVAL, "%s.files: the list is empty", path);
+    for (int i = 0; i < n; i++) {
+        const cJSON *it = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, i) : v;
+        char ipath[512];
+        if (cJSON_IsArray(v))
+            snprintf(ipath, sizeof ipath, "%s.files[%d]", path, i);
+        else
+            snprintf(ipath, sizeof ipath, "%s.files", path);
+        if (!cJSON_IsString(it) || !it->valuestring[0])
+            return dt_err_set(err, DT_EINVAL, "%s: expected a non-empty string", ipath);
+        char *full = resolve_path(base, it->valuestring);
+        if (!full)
+            return dt_err_set(err, DT_ENOMEM, "%s: out of memory", ipath);
+        if (!has_glob(full)) {
+            DT_TRY(push_file(src, full, ipath, err));
+            continue;
+        }
+        glob_t g;
+        int rc = glob(full, 0, NULL, &g);
+        if (rc != 0) {
+            dt_status st = dt_err_set(err, DT_ENOENT, "%s: \"%s\" matches no file", ipath, full);
+            free(full);
+            if (rc != GLOB_NOMATCH)
+                globfree(&g);
+            return st;
+        }
+        free(full);
+        for (size_t k = 0; k < g.gl_pathc; k++) {
+            dt_status st = push_file(src, strdup(g.gl_pathv[k]), ipath, err);
+            if (st != DT_OK) {
+                globfree(&g);
+                return st;
+            }
+        }
+        globfree(&g);
+    }
+    return DT_OK;
+}
+
+static dt_status parse_idx(const cJSON *obj, const char *path, const char *base,
+                           dt_data_source *src, dt_err *err)
+{
+    static const char *const keys[] = {"format", "images", "labels", "scale", "image_shape", NULL};
+    DT_TRY(check_keys(obj, path, keys, err));
+    const cJSON *im = cJSON_GetObjectItemCaseSensitive(obj, "images");
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(obj, "labels");
+    if (!cJSON_IsString(im) || !im->valuestring[0])
+        return dt_err_set(err, DT_EINVAL, "%s.images: expected the path of an IDX file", path);
+    if (lb && (!cJSON_IsString(lb) || !lb->valuestring[0]))
+        return dt_err_set(err, DT_EINVAL, "%s.labels: expected the path of an IDX file", path);
+    src->images = resolve_path(base, im->valuestring);
+    src->labels = lb ? resolve_path(base, lb->valuestring) : NULL;
+    if (!src->images || (lb && !src->labels))
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
+    DT_TRY(get_number(obj, "scale", path, false, &src->scale, err));
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(obj, "image_shape");
+    if (sh) {
+        char p2[512];
+        snprintf(p2, sizeof p2, "%s.image_shape", path);
+        DT_TRY(parse_shape(sh, p2, &src->image_rank, src->image_shape, err));
+        if (src->image_rank == 0)
+            return dt_err_set(err, DT_EINVAL, "%s: must not be empty", p2);
+    }
+    return DT_OK;
+}
+
+static dt_status parse_csv(const cJSON *obj, const char *path, const char *base,
+                           dt_data_source *src, dt_err *err)
+{
+    static const char *const keys[] = {"format", "files",           "header", "label_column",
+                                       "scale",  "feature_columns", NULL};
+    DT_TRY(check_keys(obj, path, keys, err));
+    DT_TRY(parse_files(obj, path, base, src, err));
+    src->header = true;
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(obj, "header");
+    if (h && !cJSON_IsBool(h))
+        return dt_err_set(err, DT_EINVAL, "%s.header: expected true or false", path);
+    if (h)
+        src->header = cJSON_IsTrue(h);
+    DT_TRY(get_number(obj, "scale", path, false, &src->scale, err));
+    src->label_index = -1;
+    const cJSON *lc = cJSON_GetObjectItemCaseSensitive(obj, "label_column");
+    if (cJSON_IsString(lc) && lc->valuestring[0] &&
+        strlen(lc->valuestring) < sizeof src->label_column) {
+        if (!src->header)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s.label_column: a column name needs \"header\": true; give its "
+                              "index instead",
+                              path);
+        strcpy(src->label_column, lc->valuestring);
+    } else if (cJSON_IsNumber(lc) && lc->valuedouble >= 0 && lc->valuedouble < DT_MAX_CSV_COLUMNS &&
+               lc->valuedouble == floor(lc->valuedouble)) {
+        src->label_index = (int)lc->valuedouble;
+    } else if (lc && !cJSON_IsNull(lc)) {
+        return dt_err_set(err, DT_EINVAL,
+                          "%s.label_column: expected a column name or a 0-based index", path);
+    }
+    const cJSON *fc = cJSON_GetObjectItemCaseSensitive(obj, "feature_columns");
+    if (fc) {
+        if (!cJSON_IsArray(fc) || cJSON_GetArraySize(fc) == 0 ||
+            cJSON_GetArraySize(fc) > DT_MAX_DATA_FEATURES)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s.feature_columns: expected an array of 1..%d names or indices",
+                              path, DT_MAX_DATA_FEATURES);
+        size_t n = (size_t)cJSON_GetArraySize(fc);
+        src->feature_columns = calloc(n, sizeof(char *));
+        src->feature_column_index = calloc(n, sizeof(int));
+        if (!src->feature_columns || !src->feature_column_index)
+            return dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
+        src->nfeature_columns = n;
+        for (size_t i = 0; i < n; i++) {
+            const cJSON *it = cJSON_GetArrayItem(fc, (int)i);
+            src->feature_column_index[i] = -1;
+            if (cJSON_IsString(it) && it->valuestring[0] && src->header) {
+                if (!(src->feature_columns[i] = strdup(it->valuestring)))
+                    return dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
+            } else if (cJSON_IsNumber(it) && it->valuedouble >= 0 &&
+                       it->valuedouble < DT_MAX_CSV_COLUMNS &&
+                       it->valuedouble == floor(it->valuedouble)) {
+                src->feature_column_index[i] = (int)it->valuedouble;
+            } else {
+                return dt_err_set(err, DT_EINVAL,
+                                  "%s.feature_columns[%zu]: expected a column name (with a "
+                                  "header) or a 0-based index",
+                                  path, i);
+            }
+        }
+    }
+    return DT_OK;
+}
+
+static dt_status parse_tfrecord(const cJSON *obj, const char *path, const char *base,
+                                dt_data_source *src, dt_err *err)
+{
+    static const char *const keys[] = {"format", "files", "compression", "features", "label", NULL};
+    DT_TRY(check_keys(obj, path, keys, err));
+    DT_TRY(parse_files(obj, path, base, src, err));
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(obj, "compression");
+    if (c) {
+        if (!cJSON_IsString(c) || (strcasecmp(c->valuestring, "GZIP") != 0 &&
+                                   strcasecmp(c->valuestring, "NONE") != 0 && c->valuestring[0]))
+            return dt_err_set(err, DT_EINVAL,
+                              "%s.compression: expected \"GZIP\" or \"\" (ZLIB is not supported)",
+                              path);
+        src->gzip = strcasecmp(c->valuestring, "GZIP") == 0;
+    }
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(obj, "label");
+    if (lb) {
+        if (!cJSON_IsString(lb) || !lb->valuestring[0] ||
+            strlen(lb->valuestring) >= sizeof src->label)
+            return dt_err_set(err, DT_EINVAL, "%s.label: expected a feature name", path);
+        strcpy(src->label, lb->valuestring);
+    }
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(obj, "features");
+    if (!cJSON_IsObject(fs) || !fs->child)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s.features: expected an object {NAME: {\"dtype\", \"shape\"}}", path);
+    size_t n = (size_t)cJSON_GetArraySize(fs);
+    if (n > DT_MAX_DATA_FEATURES)
+        return dt_err_set(err, DT_ETOOBIG, "%s.features: more than %d", path, DT_MAX_DATA_FEATURES);
+    src->features = calloc(n, sizeof *src->features);
+    if (!src->features)
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
+    for (const cJSON *it = fs->child; it; it = it->next) {
+        char fp[512];
+        snprintf(fp, sizeof fp, "%s.features.%s", path, it->string);
+        dt_data_feature *f = &src->features[src->nfeatures++];
+        if (strlen(it->string) >= sizeof f->name || !it->string[0])
+            return dt_err_set(err, DT_EINVAL, "%s: name empty or longer than %zu", fp,
+                              sizeof f->name - 1);
+        strcpy(f->name, it->string);
+        if (!cJSON_IsObject(it))
+            return dt_err_set(err, DT_EINVAL, "%s: expected {\"dtype\", \"shape\", \"scale\"}", fp);
+        static const char *const fkeys[] = {"dtype", "shape", "scale", NULL};
+        DT_TRY(check_keys(it, fp, fkeys, err));
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
+        const char *d = cJSON_IsString(dt) ? dt->valuestring : "";
+        if (strcmp(d, "float32") == 0 || strcmp(d, "float") == 0)
+            f->dtype = DT_DATA_DTYPE_FLOAT32;
+        else if (strcmp(d, "int64") == 0)
+            f->dtype = DT_DATA_DTYPE_INT64;
+        else if (strcmp(d, "uint8") == 0 || strcmp(d, "bytes") == 0)
+            f->dtype = DT_DATA_DTYPE_UINT8;
+        else
+            return dt_err_set(err, DT_EINVAL,
+                              "%s.dtype: expected \"float32\", \"int64\" or \"uint8\" (raw bytes)",
+                              fp);
+        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(it, "shape");
+        if (sh) {
+            char sp[600];
+            snprintf(sp, sizeof sp, "%s.shape", fp);
+            DT_TRY(parse_shape(sh, sp, &f->rank, f->shape, err));
+        }
+        f->scale = 1.0f;
+        DT_TRY(get_number(it, "scale", fp, false, &f->scale, err));
+    }
+    if (src->label[0]) {
+        bool found = false;
+        for (size_t i = 0; i < src->nfeatures; i++)
+            found = found || strcmp(src->features[i].name, src->label) == 0;
+        if (!found)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s.label: \"%s\" is not one of %s.features; declare its dtype "
+                              "and shape there",
+                              path, src->label, path);
+        if (src->nfeatures < 2)
+            return dt_err_set(err, DT_EINVAL, "%s.features: no feature besides the label", path);
+    }
+    return DT_OK;
+}
+
+dt_status dt_data_source_parse(const cJSON *obj, const char *json_path, const char *base_dir,
+                               dt_data_source *out, dt_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->scale = 1.0f;
+    out->label_index = -1;
+    if (!cJSON_IsObject(obj))
+        return dt_err_set(err, DT_EINVAL, "%s: expected an object with \"format\"", json_path);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(obj, "format");
+    dt_status st;
+    if (!cJSON_IsString(fmt))
+        return dt_err_set(err, DT_EINVAL, "%s.format: expected \"idx\", \"csv\" or \"tfrecord\"",
+                          json_path);
+    if (strcmp(fmt->valuestring, "idx") == 0) {
+        out->format = DT_DATA_FORMAT_IDX;
+        st = parse_idx(obj, json_path, base_dir, out, err);
+    } else if (strcmp(fmt->valuestring, "csv") == 0) {
+        out->format = DT_DATA_FORMAT_CSV;
+        st = parse_csv(obj, json_path, base_dir, out, err);
+    } else if (strcmp(fmt->valuestring, "tfrecord") == 0) {
+        out->format = DT_DATA_FORMAT_TFRECORD;
+        st = parse_tfrecord(obj, json_path, base_dir, out, err);
+    } else {
+        st = dt_err_set(err, DT_EINVAL,
+                        "%s.format: \"%s\" is not one of \"idx\", \"csv\", \"tfrecord\"", json_path,
+                        fmt->valuestring);
+    }
+    if (st != DT_OK)
+        dt_data_source_destroy(out);
+    return st;
+}
+
+dt_status dt_data_spec_parse(const cJSON *obj, const char *json_path, const char *base_dir,
+                             dt_data_spec *out, dt_err *err)
+{
+    dt_status st = DT_OK;
+    char p[512];
+    memset(out, 0, sizeof *out);
+    if (!json_path)
+        json_path = "$.data";
+    if (!cJSON_IsObject(obj))
+        return dt_err_set(err, DT_EINVAL, "%s: expected an object with \"train\"", json_path);
+    static const char *const keys[] = {"train", "validation",   "shuffle",
+                                       "seed",  "shard_policy", NULL};
+    DT_TRY(check_keys(obj, json_path, keys, err));
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(obj, "train");
+    snprintf(p, sizeof p, "%s.train", json_path);
+    if (!tr)
+        return dt_err_set(err, DT_EINVAL, "%s: missing", p);
+    DT_TRY_GOTO(dt_data_source_parse(tr, p, base_dir, &out->train, err), st, fail);
+    const cJSON *va = cJSON_GetObjectItemCaseSensitive(obj, "validation");
+    if (va && !cJSON_IsNull(va)) {
+        snprintf(p, sizeof p, "%s.validation", json_path);
+        DT_TRY_GOTO(dt_data_source_parse(va, p, base_dir, &out->validation, err), st, fail);
+        out->has_validation = true;
+    }
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(obj, "shuffle");
+    if (cJSON_IsBool(sh)) {
+        out->shuffle.kind = cJSON_IsTrue(sh) ? DT_SHUFFLE_FULL : DT_SHUFFLE_NONE;
+    } else if (cJSON_IsNumber(sh) && sh->valuedouble >= 1 && sh->valuedouble <= 1e12 &&
+               sh->valuedouble == floor(sh->valuedouble)) {
+        out->shuffle.kind = DT_SHUFFLE_BUFFER;
+        out->shuffle.buffer = (size_t)sh->valuedouble;
+    } else if (sh) {
+        st = dt_err_set(err, DT_EINVAL,
+                        "%s.shuffle: expected true, false or a buffer size (a positive integer)",
+                        json_path);
+        goto fail;
+    }
+    const cJSON *sd = cJSON_GetObjectItemCaseSensitive(obj, "seed");
+    if (sd) {
+        if (!cJSON_IsNumber(sd) || sd->valuedouble < 0 || sd->valuedouble > 9007199254740992.0 ||
+            sd->valuedouble != floor(sd->valuedouble)) {
+            st = dt_err_set(err, DT_EINVAL, "%s.seed: expected a non-negative integer", json_path);
+            goto fail;
+        }
+        out->seed = (uint64_t)sd->valuedouble;
+    }
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(obj, "shard_policy");
+    if (sp) {
+        if (!cJSON_IsString(sp) ||
+            dt_shard_policy_parse(sp->valuestring, &out->shard_policy, NULL) != DT_OK) {
+            st = dt_err_set(err, DT_EINVAL,
+                            "%s.shard_policy: expected \"AUTO\", \"FILE\", \"DATA\" or \"OFF\"",
+                            json_path);
+            goto fail;
+        }
+    }
+    return DT_OK;
+fail:
+    dt_data_spec_destroy(out);
+    return st;
+}
+
+void dt_data_source_destroy(dt_data_source *src)
+{
+    for (size_t i = 0; i < src->nfiles; i++)
+        free(src->files[i]);
+    free(src->files);
+    free(src->images);
+    free(src->labels);
+    for (size_t i = 0; src->feature_columns && i < src->nfeature_columns; i++)
+        free(src->feature_columns[i]);
+    free(src->feature_columns);
+    free(src->feature_column_index);
+    free(src->features);
+    memset(src, 0, sizeof *src);
+    src->label_index = -1;
+}
+
+void dt_data_spec_destroy(dt_data_spec *spec)
+{
+    dt_data_source_destroy(&spec->train);
+    dt_data_source_destroy(&spec->validation);
+    memset(spec, 0, sizeof *spec);
+}

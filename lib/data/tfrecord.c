@@ -1,0 +1,476 @@
+/* tfrecord.c - TFRecord framing (uncompressed or one GZIP stream) and tf.train.Example decoding
+ * into a dataset.
+ *
+ * A record is: uint64 length (little-endian), uint32 masked CRC-32C of those 8 bytes, length
+ * bytes of data, uint32 masked CRC-32C of the data. Both CRCs are verified and the length is
+ * checked against DT_MAX_TFRECORD before anything is allocated. */
+#include "data/data_internal.h"
+#include "core/crc32c.h"
+
+#include "example.pb-c.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+struct dt_tfrecord_reader {
+    gzFile f;
+    char *path;
+    uint64_t index;  /* records read */
+    uint64_t offset; /* of the next record, in the uncompressed stream */
+    uint8_t *buf;
+    size_t cap;
+};
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void dt_tfrecord_frame(const void *data, size_t len, uint8_t *out)
+{
+    uint64_t l = len;
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)(l >> (8 * i));
+    put_le32(out + 8, dt_crc32c_mask(dt_crc32c(0, out, 8)));
+    memcpy(out + 12, data, len);
+    put_le32(out + 12 + len, dt_crc32c_mask(dt_crc32c(0, data, len)));
+}
+
+dt_status dt_tfrecord_open(const char *path, bool gzip, dt_tfrecord_reader **out, dt_err *err)
+{
+    *out = NULL;
+    FILE *probe = fopen(path, "rb");
+    if (!probe)
+        return dt_err_set(err, errno == ENOENT ? DT_ENOENT : DT_EIO, "%s: %s", path,
+                          strerror(errno));
+    uint8_t m[2] = {0};
+    size_t nm = fread(m, 1, 2, probe);
+    fclose(probe);
+    bool is_gz = nm == 2 && m[0] == 0x1f && m[1] == 0x8b;
+    if (gzip && !is_gz && nm > 0)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: \"compression\": \"GZIP\" but the file is not gzip'd (no gzip "
+                          "magic at byte 0); set \"compression\": \"\"",
+                          path);
+    if (!gzip && is_gz)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: the file is gzip'd; set \"compression\": \"GZIP\" for it", path);
+    dt_tfrecord_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->path = strdup(path))) {
+        free(r);
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
+    }
+    r->f = gzopen(path, "rb");
+    if (!r->f) {
+        dt_status st = dt_err_set(err, DT_EIO, "%s: cannot open: %s", path, strerror(errno));
+        dt_tfrecord_close(r);
+        return st;
+    }
+    gzbuffer(r->f, 1u << 17);
+    *out = r;
+    return DT_OK;
+}
+
+/* Reads n bytes; *got tells how many arrived before the end. */
+static dt_status rd(dt_tfrecord_reader *r, void *dst, size_t n, size_t *got, dt_err *err)
+{
+    *got = 0;
+    while (*got < n) {
+        size_t chunk = n - *got > (1u << 30) ? (1u << 30) : n - *got;
+        int k = gzread(r->f, (uint8_t *)dst + *got, (unsigned)chunk);
+        if (k < 0) {
+            int zerr;
+            return dt_err_set(err, DT_EIO, "%s: record %llu near byte %llu: corrupt gzip (%s)",
+                              r->path, (unsigned long long)r->index,
+                              (unsigned long long)(r->offset + *got), gzerror(r->f, &zerr));
+        }
+        if (k == 0)
+            break;
+        *got += (size_t)k;
+    }
+    return DT_OK;
+}
+
+dt_status dt_tfrecord_next(dt_tfrecord_reader *r, const uint8_t **data, size_t *len, dt_err *err)
+{
+    uint8_t hdr[12], foot[4];
+    size_t got;
+    unsigned long long rec = (unsigned long long)r->index, off = (unsigned long long)r->offset;
+    DT_TRY(rd(r, hdr, 12, &got, err));
+    if (got == 0)
+        return DT_ENOENT; /* a clean end */
+    if (got < 12)
+        return dt_err_set(err, DT_EIO,
+                          "%s: record %llu at byte %llu: truncated header (%zu of 12 bytes); "
+                          "the file is incomplete",
+                          r->path, rec, off, got);
+    uint64_t l = 0;
+    for (int i = 7; i >= 0; i--)
+        l = l << 8 | hdr[i];
+    if (dt_crc32c_mask(dt_crc32c(0, hdr, 8)) != le32(hdr + 8))
+        return dt_err_set(err, DT_EPROTO,
+                          "%s: record %llu at byte %llu: length CRC mismatch; the file is "
+                          "corrupt or not a TFRecord file",
+                          r->path, rec, off);
+    if (l > DT_MAX_TFRECORD)
+        return dt_err_set(err, DT_ETOOBIG,
+                          "%s: record %llu at byte %llu: length %llu is over the limit of %u "
+                          "bytes (DT_MAX_TFRECORD)",
+                          r->path, rec, off, (unsigned long long)l, DT_MAX_TFRECORD);
+    if (l + 1 > r->cap) {
+        size_t cap = r->cap ? r->cap : 4096;
+        while (cap < l + 1)
+            cap *= 2;
+        uint8_t *b = realloc(r->buf, cap);
+        if (!b)
+            return dt_err_set(err, DT_ENOMEM, "%s: record %llu: cannot allocate %llu bytes",
+                              r->path, rec, (unsigned long long)l);
+        r->buf = b;
+        r->cap = cap;
+    }
+    r->offset += 12;
+    DT_TRY(rd(r, r->buf, (size_t)l, &got, err));
+    if (got < l)
+        return dt_err_set(err, DT_EIO,
+                          "%s: record %llu at byte %llu: truncated data (%zu of %llu bytes)",
+                          r->path, rec, off, got, (unsigned long long)l);
+    r->offset += l;
+    DT_TRY(rd(r, foot, 4, &got, err));
+    if (got < 4)
+        return dt_err_set(err, DT_EIO, "%s: record %llu at byte %llu: truncated data CRC", r->path,
+                          rec, off);
+    if (dt_crc32c_mask(dt_crc32c(0, r->buf, (size_t)l)) != le32(foot))
+        return dt_err_set(err, DT_EPROTO,
+                          "%s: record %llu at byte %llu: data CRC mismatch; "
+                          "the record is corrupt",
+                          r->path, rec, off);
+    r->offset += 4;
+    r->index++;
+    *data = r->buf;
+    *len = (size_t)l;
+    return DT_OK;
+}
+
+uint64_t dt_tfrecord_index(const dt_tfrecord_reader *r)
+{
+    return r->index;
+}
+
+uint64_t dt_tfrecord_offset(const dt_tfrecord_reader *r)
+{
+    return r->offset;
+}
+
+void dt_tfrecord_close(dt_tfrecord_reader *r)
+{
+    if (!r)
+        return;
+    if (r->f)
+        gzclose(r->f);
+    free(r->buf);
+    free(r->path);
+    free(r);
+}
+
+/* ------------------------------------------------------------- tf.train.Example -> dataset -- */
+
+static const char *kind_name(Tensorflow__Feature__KindCase k)
+{
+    switch (k) {
+    case TENSORFLOW__FEATURE__KIND_BYTES_LIST:
+        return "bytes_list";
+    case TENSORFLOW__FEATURE__KIND_FLOAT_LIST:
+        return "float_list";
+    case TENSORFLOW__FEATURE__KIND_INT64_LIST:
+        return "int64_list";
+    default:
+        return "empty";
+    }
+}
+
+static const Tensorflow__Feature *find_feature(const Tensorflow__Example *ex, const char *name)
+{
+    if (!ex->features)
+        return NULL;
+    for (size_t i = 0; i < ex->features->n_feature; i++) {
+        const Tensorflow__Features__FeatureEntry *e = ex->features->feature[i];
+        if (e && e->key && strcmp(e->key, name) == 0)
+            return e->value;
+    }
+    return NULL;
+}
+
+typedef struct load_state {
+    const dt_data_source *src;
+    dt_data_feature *feat; /* (nfeatures) copies, shapes filled in from the first record */
+    size_t *per_record;    /* (nfeatures) values per record */
+    dt__fvec x, y;
+    int32_t *yi;
+    size_t nyi, cap_yi;
+    bool label_int;
+} load_state;
+
+/* Decodes one feature's values into dst (per_record floats), scaled. */
+static dt_status decode_feature(load_state *ls, size_t fi, const Tensorflow__Feature *fe,
+                                const char *where, float *dst, dt_err *err)
+{
+    const dt_data_feature *f = &ls->feat[fi];
+    static const Tensorflow__Feature__KindCase want[] = {
+        [DT_DATA_DTYPE_FLOAT32] = TENSORFLOW__FEATURE__KIND_FLOAT_LIST,
+        [DT_DATA_DTYPE_INT64] = TENSORFLOW__FEATURE__KIND_INT64_LIST,
+        [DT_DATA_DTYPE_UINT8] = TENSORFLOW__FEATURE__KIND_BYTES_LIST,
+    };
+    if (fe->kind_case != want[f->dtype])
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: feature \"%s\" is a %s but the spec declares %s; fix its \"dtype\"",
+                          where, f->name, kind_name(fe->kind_case), kind_name(want[f->dtype]));
+    size_t n = 0;
+    if (f->dtype == DT_DATA_DTYPE_FLOAT32)
+        n = fe->float_list ? fe->float_list->n_value : 0;
+    else if (f->dtype == DT_DATA_DTYPE_INT64)
+        n = fe->int64_list ? fe->int64_list->n_value : 0;
+    else {
+        const Tensorflow__BytesList *bl = fe->bytes_list;
+        if (!bl || bl->n_value != 1)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: feature \"%s\": expected one bytes value of raw uint8, got %zu",
+                              where, f->name, bl ? bl->n_value : 0);
+        const char *img = dt__data_image_kind(bl->value[0].data, bl->value[0].len);
+        if (img)
+            return dt_err_set(err, DT_ENOTSUP,
+                              "%s: feature \"%s\" holds %s-encoded image bytes; encoded images are "
+                              "not supported yet: store the raw uint8 pixels (e.g. "
+                              "image.numpy().tobytes())",
+                              where, f->name, img);
+        n = bl->value[0].len;
+    }
+    if (n != ls->per_record[fi])
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: feature \"%s\" has %zu values but its shape needs %zu", where,
+                          f->name, n, ls->per_record[fi]);
+    for (size_t i = 0; i < n; i++) {
+        float v = f->dtype == DT_DATA_DTYPE_FLOAT32 ? fe->float_list->value[i]
+                  : f->dtype == DT_DATA_DTYPE_INT64 ? (float)fe->int64_list->value[i]
+                                                    : (float)fe->bytes_list->value[0].data[i];
+        dst[i] = v * f->scale;
+    }
+    return DT_OK;
+}
+
+static dt_status load_record(load_state *ls, const Tensorflow__Example *ex, const char *where,
+                             float *row, size_t row_cap, dt_err *err)
+{
+    const dt_data_source *src = ls->src;
+    size_t off = 0;
+    for (size_t fi = 0; fi < src->nfeatures; fi++) {
+        dt_data_feature *f = &ls->feat[fi];
+        const Tensorflow__Feature *fe = find_feature(ex, f->name);
+        if (!fe)
+            return dt_err_set(err, DT_EINVAL, "%s: feature \"%s\" is missing", where, f->name);
+        bool is_label = src->label[0] && strcmp(src->label, f->name) == 0;
+        if (is_label) {
+            float lv[64];
+            if (ls->per_record[fi] > 64)
+                return dt_err_set(err, DT_ETOOBIG, "%s: label \"%s\" has more than 64 values",
+                                  where, f->name);
+            DT_TRY(decode_feature(ls, fi, fe, where, lv, err));
+            if (ls->label_int) {
+                int64_t v = fe->int64_list->value[0];
+                if (v < 0 || v >= DT_MAX_CLASSES)
+                    return dt_err_set(err, DT_EINVAL,
+                                      "%s: label \"%s\" is %lld, outside 0..%d (class ids)", where,
+                                      f->name, (long long)v, DT_MAX_CLASSES - 1);
+                if (ls->nyi == ls->cap_yi) {
+                    size_t cap = ls->cap_yi ? 2 * ls->cap_yi : 1024;
+                    int32_t *p = realloc(ls->yi, cap * sizeof(int32_t));
+                    if (!p)
+                        return dt_err_set(err, DT_ENOMEM, "%s: out of memory", where);
+                    ls->yi = p;
+                    ls->cap_yi = cap;
+                }
+                ls->yi[ls->nyi++] = (int32_t)v;
+            } else {
+                DT_TRY(dt__fvec_push(&ls->y, lv, ls->per_record[fi], where, err));
+            }
+            continue;
+        }
+        DT_ASSERT(off + ls->per_record[fi], <=, row_cap);
+        DT_TRY(decode_feature(ls, fi, fe, where, row + off, err));
+        off += ls->per_record[fi];
+    }
+    return DT_OK;
+}
+
+static size_t feature_count(const Tensorflow__Feature *fe)
+{
+    switch (fe->kind_case) {
+    case TENSORFLOW__FEATURE__KIND_FLOAT_LIST:
+        return fe->float_list ? fe->float_list->n_value : 0;
+    case TENSORFLOW__FEATURE__KIND_INT64_LIST:
+        return fe->int64_list ? fe->int64_list->n_value : 0;
+    case TENSORFLOW__FEATURE__KIND_BYTES_LIST:
+        return fe->bytes_list && fe->bytes_list->n_value == 1 ? fe->bytes_list->value[0].len : 0;
+    default:
+        return 0;
+    }
+}
+
+/* Features declared without a shape take [count] from the first record (a scalar when count
+ * is 1); the label without a shape is a scalar. Returns the values per row of x. */
+static size_t infer_shapes(load_state *ls, const Tensorflow__Example *ex)
+{
+    size_t row = 0;
+    for (size_t fi = 0; fi < ls->src->nfeatures; fi++) {
+        dt_data_feature *f = &ls->feat[fi];
+        bool is_label = ls->src->label[0] && strcmp(ls->src->label, f->name) == 0;
+        const Tensorflow__Feature *fe = find_feature(ex, f->name);
+        if (f->rank == 0 && !is_label && fe) {
+            size_t n = feature_count(fe);
+            ls->per_record[fi] = n;
+            if (n != 1) {
+                f->rank = 1;
+                f->shape[0] = (int64_t)n;
+            }
+        }
+        if (!is_label)
+            row += ls->per_record[fi];
+    }
+    return row;
+}
+
+dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
+{
+    dt_status st = DT_OK;
+    dt_dataset *ds = NULL;
+    dt_tfrecord_reader *r = NULL;
+    Tensorflow__Example *ex = NULL;
+    float *row = NULL;
+    size_t *counts = calloc(src->nfiles + 1, sizeof(size_t));
+    load_state ls = {.src = src};
+    ls.x.max = ls.y.max = DT_MAX_DATA_FILE / sizeof(float);
+    ls.feat = calloc(src->nfeatures + 1, sizeof *ls.feat);
+    ls.per_record = calloc(src->nfeatures + 1, sizeof(size_t));
+    *out = NULL;
+    if (!counts || !ls.feat || !ls.per_record) {
+        st = dt_err_set(err, DT_ENOMEM, "tfrecord: out of memory");
+        goto fail;
+    }
+    memcpy(ls.feat, src->features, src->nfeatures * sizeof *ls.feat);
+    size_t row_size = 0;
+    for (size_t fi = 0; fi < src->nfeatures; fi++) {
+        dt_data_feature *f = &ls.feat[fi];
+        size_t n = 1;
+        for (int d = 0; d < f->rank; d++)
+            n *= (size_t)f->shape[d];
+        ls.per_record[fi] = n;
+        bool is_label = src->label[0] && strcmp(src->label, f->name) == 0;
+        if (is_label)
+            ls.label_int = f->dtype == DT_DATA_DTYPE_INT64 && n == 1;
+        else
+            row_size += n;
+    }
+    DT_TRY_GOTO(dt__dataset_new(&ds, err), st, fail);
+    size_t n = 0;
+    for (size_t fidx = 0; fidx < src->nfiles; fidx++) {
+        const char *path = src->files[fidx];
+        DT_TRY_GOTO(dt_tfrecord_open(path, src->gzip, &r, err), st, fail);
+        for (;;) {
+            const uint8_t *data;
+            size_t len;
+            uint64_t off = dt_tfrecord_offset(r), rec = dt_tfrecord_index(r);
+            st = dt_tfrecord_next(r, &data, &len, err);
+            if (st == DT_ENOENT) {
+                st = DT_OK;
+                break;
+            }
+            if (st != DT_OK)
+                goto fail;
+            char where[1200];
+            snprintf(where, sizeof where, "%s: record %llu at byte %llu", path,
+                     (unsigned long long)rec, (unsigned long long)off);
+            ex = tensorflow__example__unpack(NULL, len, data);
+            if (!ex) {
+                st = dt_err_set(err, DT_EPROTO, "%s: not a valid tf.train.Example", where);
+                goto fail;
+            }
+            bool first = n == 0;
+            if (first) { /* shapes may come from the first record: size the row after it */
+                row_size = infer_shapes(&ls, ex);
+                row = malloc((row_size ? row_size : 1) * sizeof(float));
+                if (!row) {
+                    st = dt_err_set(err, DT_ENOMEM, "%s: out of memory", where);
+                    goto fail;
+                }
+            }
+            DT_TRY_GOTO(load_record(&ls, ex, where, row, row_size, err), st, fail);
+            DT_TRY_GOTO(dt__fvec_push(&ls.x, row, row_size, where, err), st, fail);
+            tensorflow__example__free_unpacked(ex, NULL);
+            ex = NULL;
+            n++;
+            counts[fidx]++;
+        }
+        dt_tfrecord_close(r);
+        r = NULL;
+    }
+    if (n == 0) {
+        st = dt_err_set(err, DT_EINVAL, "%s: no records in %zu file(s)",
+                        src->nfiles ? src->files[0] : "tfrecord", src->nfiles);
+        goto fail;
+    }
+    ds->n = n;
+    ds->x_f32 = ls.x.v;
+    ls.x.v = NULL;
+    ds->x_size = row_size;
+    size_t nx = 0, last = 0;
+    for (size_t fi = 0; fi < src->nfeatures; fi++)
+        if (!(src->label[0] && strcmp(src->label, ls.feat[fi].name) == 0)) {
+            nx++;
+            last = fi;
+        }
+    if (nx == 1 && ls.feat[last].rank > 0) {
+        ds->x_rank = ls.feat[last].rank;
+        memcpy(ds->x_shape, ls.feat[last].shape, sizeof ds->x_shape);
+    } else {
+        ds->x_rank = 1;
+        ds->x_shape[0] = (int64_t)row_size;
+    }
+    if (ls.label_int && ls.nyi == n) {
+        ds->y_kind = DT_LABEL_INT32;
+        ds->y_size = 1;
+        ds->y_i32 = ls.yi;
+        ls.yi = NULL;
+        for (size_t i = 0; i < n; i++)
+            if (ds->y_i32[i] + 1 > ds->num_classes)
+                ds->num_classes = ds->y_i32[i] + 1;
+    } else if (src->label[0]) {
+        ds->y_kind = DT_LABEL_FLOAT;
+        ds->y_size = ls.y.len / n;
+        ds->y_f32 = ls.y.v;
+        ls.y.v = NULL;
+    }
+    DT_TRY_GOTO(dt__dataset_set_files(ds, src->files, src->nfiles, counts, err), st, fail);
+    *out = ds;
+    ds = NULL;
+fail:
+    if (ex)
+        tensorflow__example__free_unpacked(ex, NULL);
+    dt_tfrecord_close(r);
+    dt_dataset_free(ds);
+    free(row);
+    free(counts);
+    free(ls.feat);
+    free(ls.per_record);
+    free(ls.x.v);
+    free(ls.y.v);
+    free(ls.yi);
+    return st;
+}
