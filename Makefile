@@ -81,7 +81,6 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
 	@echo "  PROTOC  $<"
 	$(Q)protoc-c --c_out=$(BUILD)/gen -Iproto $<
 
-# Generated sources are only named by pattern rules: keep make from deleting them as intermediates.
 
 $(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
 	@echo "  CC      $<"
