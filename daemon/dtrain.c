@@ -22,9 +22,10 @@ static const verb verbs[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dtrain [--addr HOST:PORT] VERB [ARGS...] [--json]\n\n"
+    fprintf(f, "usage: dtrain [--addr HOST:PORT] [--token-file FILE] VERB [ARGS...] [--json]\n\n"
                "Talks to the dtraind daemon at --addr, else $DTRAIN_ADDR, else the chief in\n"
-               "$TF_CONFIG, else 127.0.0.1:7000.\n\nverbs:\n");
+               "$TF_CONFIG, else 127.0.0.1:7000, proving the cluster token in --token-file\n"
+               "(else $DTRAIN_TOKEN_FILE) when the daemon has one.\n\nverbs:\n");
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         fprintf(f, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
     fprintf(f, "\n'dtrain VERB --help' describes one verb. Exit status: 0 success, 1 failure,\n"
@@ -76,6 +77,10 @@ int main(int argc, char **argv)
         }
         if (strncmp(argv[i], "--addr=", 7) == 0) {
             setenv("DTRAIN_ADDR", argv[i] + 7, 1);
+            continue;
+        }
+        if (strcmp(argv[i], "--token-file") == 0 && i + 1 < argc) {
+            setenv("DTRAIN_TOKEN_FILE", argv[++i], 1);
             continue;
         }
         fprintf(stderr, "dtrain: unknown option %s before the verb\n", argv[i]);

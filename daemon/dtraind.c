@@ -449,12 +449,8 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     rc = load_spec(&d);
-    if (rc >= 0)
-        return rc;
-    if (d.o.check)
-        rc = print_check(&d);
-    else
-        rc = run(&d);
+    if (rc < 0)
+        rc = d.o.check ? print_check(&d) : run(&d);
     dt_tfconfig_destroy(&d.spec);
     free(d.token);
     return rc;

@@ -109,11 +109,12 @@ run_child neq 'dt_assert_eq apple pear "fruit"' || rc=$?
 dt_assert_eq "$rc" 1 "dt_assert_eq failure status"
 dt_assert_contains "$DT_TEST_TMP/neq.out" "fruit: expected 'pear', got 'apple'" "dt_assert_eq message"
 
-# The watchdog: a test stuck in a foreground command past (# timeout: 11) - 5 s is stopped, and
+# The watchdog (multiplier 1 even under make asan): a test stuck in a foreground command past
+# (# timeout: 11) - 5 s is stopped, and
 # its cleanup still runs.
 rc=0
 t0=$(dt__now_ms)
-run_child hang 'dt_bg sleeper sleep 300; echo "$DT_LAST_PID" >"$DT_TEST_TMP/../hang.pid"
+DT_TEST_TIMEOUT_MULT=1 run_child hang 'dt_bg sleeper sleep 300; echo "$DT_LAST_PID" >"$DT_TEST_TMP/../hang.pid"
 sleep 100' '# timeout: 11' || rc=$?
 dt=$(($(dt__now_ms) - t0))
 ((rc != 0)) || dt_fail "a hung test exited 0"
