@@ -404,6 +404,11 @@ static int run(dt_daemon *d)
         uv_loop_close(&d->loop);
         return 1;
     }
+    if (d->spec.njob[DT_TASK_PS] > 0)
+        DT_WARN("daemon",
+                "TF_CONFIG lists %d ps task%s: dtrain has no parameter servers, so they "
+                "are left out of the ring (every worker holds the whole model)",
+                d->spec.njob[DT_TASK_PS], d->spec.njob[DT_TASK_PS] == 1 ? "" : "s");
     DT_INFO("daemon", "dtraind %s serving %s as %s (rank %d of %d)%s", DT_VERSION, bind, tag,
             d->spec.self.rank, d->spec.world_size, d->token ? ", token required" : "");
     int cores, gpus;

@@ -90,4 +90,10 @@ dt_assert_contains "$T/open" 'without a token' "non-loopback refusal"
 expect_exit 1 "$T/rdv" env TF_CONFIG="$(dt_tfconfig_workers 0 "$a2" "$a3")" timeout 30 "$D" --rendezvous-timeout 4
 dt_assert_contains "$T/rdv" "waiting .* worker:1 .$a3." "progress while waiting"
 dt_assert_contains "$T/rdv" "rendezvous timed out after 4 s; never joined: worker:1 .$a3." "timeout message"
+# --- ps entries are accepted, left out of the ring, with a warning --------------------------------
+mapfile -t pp < <(dt_free_ports 2)
+dt_start_daemon withps TF_CONFIG="$(dt_tfconfig_json worker 0 "worker=127.0.0.1:${pp[0]}" "ps=127.0.0.1:${pp[1]}")" -- --ready-file "$T/withps.ready"
+dt_wait_file "$T/withps.ready" --timeout 10 || dt_fail "a cluster with a ps entry never formed"
+dt_assert_contains "$T/withps.log" "1 ps task: dtrain has no parameter servers" "ps warning"
+dt_assert_eq "$(dt_json_get world_size "$T/withps.ready")" 1 "ps left out of the world size"
 echo PASS
