@@ -51,6 +51,19 @@ static void missing_list(dt_cluster *c, char *out, size_t n)
     }
 }
 
+/* Answers call with reply, whose view field (*view) is filled with the current table. */
+static void reply_with_view(dt_cluster *c, dt_rpc_call *call, ProtobufCMessage *reply,
+                            Dtrain__V1__ClusterView **view)
+{
+    *view = dt__cluster_view_new(c);
+    if (!*view)
+        dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
+    else
+        dt_rpc_call_reply(call, reply);
+    dt__cluster_view_free(*view);
+    *view = NULL;
+}
+
 void dt__cluster_chief_join(dt_cluster *c, dt_rpc_call *call)
 {
     Dtrain__V1__JoinRequest *req;
@@ -118,12 +131,7 @@ void dt__cluster_chief_join(dt_cluster *c, dt_rpc_call *call)
     if (!c->formed && count_joined(c) == c->nmembers)
         dt__cluster_set_formed(c);
     Dtrain__V1__JoinReply reply = DTRAIN__V1__JOIN_REPLY__INIT;
-    reply.view = dt__cluster_view_new(c);
-    if (!reply.view)
-        dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
-    else
-        dt_rpc_call_reply(call, &reply.base);
-    dt__cluster_view_free(reply.view);
+    reply_with_view(c, call, &reply.base, &reply.view);
 out:
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
@@ -147,12 +155,7 @@ void dt__cluster_chief_heartbeat(dt_cluster *c, dt_rpc_call *call)
     } else {
         m->last_seen_ms = dt_now_ms();
     }
-    reply.view = dt__cluster_view_new(c);
-    if (!reply.view)
-        dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
-    else
-        dt_rpc_call_reply(call, &reply.base);
-    dt__cluster_view_free(reply.view);
+    reply_with_view(c, call, &reply.base, &reply.view);
 out:
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }

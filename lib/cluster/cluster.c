@@ -232,6 +232,23 @@ static void rpc_after(uv_work_t *w, int status)
         cluster_maybe_release(c);
 }
 
+rpc_job *dt__cluster_job_new(dt_cluster *c, dt_rpc_channel *ch, const char *method,
+                             const ProtobufCMessageDescriptor *resp_desc, rpc_done_fn done)
+{
+    rpc_job *job = calloc(1, sizeof *job);
+    if (!job)
+        return NULL;
+    dtrain__v1__task_id__init(&job->tid);
+    job->tid.type = (char *)dt_task_type_name(c->spec->self.type);
+    job->tid.index = (uint32_t)c->spec->self.index;
+    job->ch = ch;
+    job->method = method;
+    job->resp_desc = resp_desc;
+    job->timeout_ms = 1000;
+    job->done = done;
+    return job;
+}
+
 void dt__cluster_rpc(dt_cluster *c, rpc_job *job)
 {
     job->c = c;
@@ -323,22 +340,15 @@ static void send_leave(dt_cluster *c, int target)
             return;
         ch = c->worker_ch[target];
     }
-    rpc_job *job = calloc(1, sizeof *job);
+    rpc_job *job = dt__cluster_job_new(c, ch, DT_RPC_LEAVE, &dtrain__v1__leave_reply__descriptor,
+                                       leave_rpc_done);
     if (!job)
         return;
-    dtrain__v1__task_id__init(&job->tid);
-    job->tid.type = (char *)dt_task_type_name(c->spec->self.type);
-    job->tid.index = (uint32_t)c->spec->self.index;
     dtrain__v1__leave_request__init(&job->u.leave);
     job->u.leave.task = &job->tid;
     job->u.leave.incarnation = c->incarnation;
     job->u.leave.reason = "shutting down";
-    job->ch = ch;
-    job->method = DT_RPC_LEAVE;
     job->req = &job->u.leave.base;
-    job->resp_desc = &dtrain__v1__leave_reply__descriptor;
-    job->timeout_ms = 1000;
-    job->done = leave_rpc_done;
     job->target = target;
     c->leave_pending++;
     dt__cluster_rpc(c, job);

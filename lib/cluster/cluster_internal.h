@@ -96,6 +96,10 @@ const char *dt__cluster_state_name(member_state s);
 Dtrain__V1__ClusterView *dt__cluster_view_new(dt_cluster *c);
 void dt__cluster_view_free(Dtrain__V1__ClusterView *v);
 
+/* A job from this task over ch: task id filled, 1 s deadline; the caller sets job->u and
+ * job->req. NULL when out of memory. */
+rpc_job *dt__cluster_job_new(dt_cluster *c, dt_rpc_channel *ch, const char *method,
+                             const ProtobufCMessageDescriptor *resp_desc, rpc_done_fn done);
 /* Runs job->method on the thread pool; job->done runs on the loop (job freed after). */
 void dt__cluster_rpc(dt_cluster *c, rpc_job *job);
 

@@ -11,9 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WAIT_LOG_MS    3000
-#define JOIN_RETRY_MS  250
-#define RPC_TIMEOUT_MS 1000
+#define WAIT_LOG_MS   3000
+#define JOIN_RETRY_MS 250
 
 static member_state parse_state(const char *s)
 {
@@ -144,12 +143,10 @@ static void heartbeat_done(dt_cluster *c, rpc_job *job)
 
 static void send_join(dt_cluster *c)
 {
-    rpc_job *job = calloc(1, sizeof *job);
+    rpc_job *job = dt__cluster_job_new(c, c->chief_ch, DT_RPC_JOIN,
+                                       &dtrain__v1__join_reply__descriptor, join_done);
     if (!job)
         return;
-    dtrain__v1__task_id__init(&job->tid);
-    job->tid.type = (char *)dt_task_type_name(c->spec->self.type);
-    job->tid.index = (uint32_t)c->spec->self.index;
     Dtrain__V1__JoinRequest *r = &job->u.join;
     dtrain__v1__join_request__init(r);
     r->protocol = DTRAIN__V1__PROTOCOL__PROTOCOL_V1;
@@ -162,36 +159,24 @@ static void send_join(dt_cluster *c)
     r->cores = (uint32_t)c->o.cores;
     r->gpus = (uint32_t)c->o.gpus;
     r->last_generation = c->generation;
-    job->ch = c->chief_ch;
-    job->method = DT_RPC_JOIN;
     job->req = &r->base;
-    job->resp_desc = &dtrain__v1__join_reply__descriptor;
-    job->timeout_ms = RPC_TIMEOUT_MS;
-    job->done = join_done;
     c->rpc_busy = true;
     dt__cluster_rpc(c, job);
 }
 
 static void send_heartbeat(dt_cluster *c)
 {
-    rpc_job *job = calloc(1, sizeof *job);
+    rpc_job *job = dt__cluster_job_new(c, c->chief_ch, DT_RPC_HEARTBEAT,
+                                       &dtrain__v1__heartbeat_reply__descriptor, heartbeat_done);
     if (!job)
         return;
-    dtrain__v1__task_id__init(&job->tid);
-    job->tid.type = (char *)dt_task_type_name(c->spec->self.type);
-    job->tid.index = (uint32_t)c->spec->self.index;
     Dtrain__V1__HeartbeatRequest *r = &job->u.hb;
     dtrain__v1__heartbeat_request__init(r);
     r->task = &job->tid;
     r->incarnation = c->incarnation;
     r->cluster_hash = c->spec->hash;
     r->generation = c->generation;
-    job->ch = c->chief_ch;
-    job->method = DT_RPC_HEARTBEAT;
     job->req = &r->base;
-    job->resp_desc = &dtrain__v1__heartbeat_reply__descriptor;
-    job->timeout_ms = RPC_TIMEOUT_MS;
-    job->done = heartbeat_done;
     c->rpc_busy = true;
     dt__cluster_rpc(c, job);
 }
