@@ -18,5 +18,8 @@
 #define DT_MAX_IDX_DIMS        8            /* IDX rank */
 #define DT_MAX_CSV_LINE        (1u << 20)   /* one CSV line */
 #define DT_MAX_SAFETENSORS_HDR (100u << 20) /* safetensors JSON header */
+#define DT_MAX_NN_LAYERS       4096         /* layers of one Keras model */
+#define DT_MAX_NN_PARAMS       (1ull << 30) /* weights of one model (floats, 4 GiB) */
+#define DT_MAX_NN_DIM          (1 << 24)    /* one axis of a layer's output */
 
 #endif
