@@ -270,6 +270,11 @@ const dt_nn_ops *dt_model_ops(const dt_model *m)
     return m->ops;
 }
 
+dt_rng *dt_model_rng(dt_model *m)
+{
+    return &m->rng;
+}
+
 size_t dt_model_layer_count(const dt_model *m)
 {
     return (size_t)m->g.n;

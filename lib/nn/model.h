@@ -83,6 +83,8 @@ void dt_model_free(dt_model *m);
 const char *dt_model_name(const dt_model *m);
 bool dt_model_is_sequential(const dt_model *m);
 const dt_nn_ops *dt_model_ops(const dt_model *m);
+/* The dropout stream: save and restore it with checkpoints to replay masks. */
+dt_rng *dt_model_rng(dt_model *m);
 
 size_t dt_model_layer_count(const dt_model *m);
 /* Row i of the summary (0 <= i < count); pointers stay valid while the model lives. */
