@@ -13,7 +13,7 @@
 
 /* A Keras 2 Sequential JSON from an input shape ("6, 6, 2") and layer objects
  * ("{\"class_name\": \"Dense\", \"config\": {\"units\": 3}}"), NULL-terminated. Static buffer. */
-static const char *nn_seq(const char *shape, ...)
+static inline const char *nn_seq(const char *shape, ...)
 {
     static char buf[16384];
     size_t o = (size_t)snprintf(buf, sizeof buf,
@@ -30,7 +30,7 @@ static const char *nn_seq(const char *shape, ...)
     return buf;
 }
 
-static dt_model *nn_build(const char *json, uint64_t seed)
+static inline dt_model *nn_build(const char *json, uint64_t seed)
 {
     dt_err err = {0};
     dt_model *m = NULL;
@@ -50,7 +50,7 @@ typedef struct nn_data {
 } nn_data;
 
 /* Random inputs ~ N(0, 1), labels in [0, cols), targets per loss kind. */
-static nn_data nn_random(dt_model *m, int n, dt_nn_loss_kind kind, uint64_t seed)
+static inline nn_data nn_random(dt_model *m, int n, dt_nn_loss_kind kind, uint64_t seed)
 {
     dt_rng r;
     dt_rng_seed(&r, seed);
@@ -80,14 +80,14 @@ static nn_data nn_random(dt_model *m, int n, dt_nn_loss_kind kind, uint64_t seed
     return d;
 }
 
-static void nn_data_free(nn_data *d)
+static inline void nn_data_free(nn_data *d)
 {
     free(d->x);
     free(d->labels);
     free(d->targets);
 }
 
-static dt_batch nn_batch(const nn_data *d, dt_nn_loss_kind kind)
+static inline dt_batch nn_batch(const nn_data *d, dt_nn_loss_kind kind)
 {
     return (dt_batch){.x = d->x,
                       .labels = kind == DT_NN_LOSS_SPARSE_CE ? d->labels : NULL,
@@ -96,7 +96,8 @@ static dt_batch nn_batch(const nn_data *d, dt_nn_loss_kind kind)
 }
 
 /* Loss of one training-mode step with the dropout stream rewound to *rng. */
-static double nn_loss_at(dt_model *m, const dt_loss *loss, const dt_batch *b, const dt_rng *rng)
+static inline double nn_loss_at(dt_model *m, const dt_loss *loss, const dt_batch *b,
+                                const dt_rng *rng)
 {
     dt_err err = {0};
     dt_step_stats s;
@@ -107,7 +108,8 @@ static double nn_loss_at(dt_model *m, const dt_loss *loss, const dt_batch *b, co
 
 /* Central differences on up to `per_weight` entries of every trainable weight; fails on the
  * first entry where |analytic - numeric| > atol + rtol |numeric|. Returns entries checked. */
-static int nn_gradcheck(const char *json, dt_loss loss, int n, double eps, double atol, double rtol)
+static inline int nn_gradcheck(const char *json, dt_loss loss, int n, double eps, double atol,
+                               double rtol)
 {
     dt_model *m = nn_build(json, 7);
     nn_data d = nn_random(m, n, loss.kind, 11);
