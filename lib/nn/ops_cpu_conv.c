@@ -89,9 +89,10 @@ static void max_into(const float *restrict x, float *restrict y, int32_t *restri
                      int32_t base, int c)
 {
     for (int ch = 0; ch < c; ch++) {
-        bool gt = x[ch] > y[ch];
-        y[ch] = gt ? x[ch] : y[ch];
-        arg[ch] = gt ? base + ch : arg[ch];
+        float xv = x[ch], yv = y[ch];
+        int32_t gt = xv > yv; /* 0 or 1: arithmetic select, no branch */
+        y[ch] = xv > yv ? xv : yv;
+        arg[ch] += gt * (base + ch - arg[ch]);
     }
 }
 
