@@ -85,14 +85,30 @@ static int window_count(const dt_nn_win *g, int oy, int ox)
 
 /* y = max(y, x) with the index of the winner; branch-free so it vectorizes (on random data
  * the branchy form mispredicts half the time). Ties keep the earlier cell, as TF and torch. */
-static void max_into(const float *restrict x, float *restrict y, int32_t *restrict arg,
-                     int32_t base, int c)
+typedef float dt_v4f __attribute__((vector_size(16)));
+typedef int32_t dt_v4i __attribute__((vector_size(16)));
+
+static void max_into(const float *x, float *y, int32_t *arg, int32_t base, int c)
 {
-    for (int ch = 0; ch < c; ch++) {
-        float xv = x[ch], yv = y[ch];
-        int32_t gt = xv > yv; /* 0 or 1: arithmetic select, no branch */
-        y[ch] = xv > yv ? xv : yv;
-        arg[ch] += gt * (base + ch - arg[ch]);
+    int ch = 0;
+    for (; ch + 4 <= c; ch += 4) {
+        dt_v4f xv, yv;
+        dt_v4i av;
+        memcpy(&xv, x + ch, 16);
+        memcpy(&yv, y + ch, 16);
+        memcpy(&av, arg + ch, 16);
+        dt_v4i gt = xv > yv; /* all ones where x wins; ties keep y */
+        dt_v4i idx = (dt_v4i){0, 1, 2, 3} + (base + ch);
+        dt_v4i ny = ((dt_v4i)xv & gt) | ((dt_v4i)yv & ~gt);
+        av = (idx & gt) | (av & ~gt);
+        memcpy(y + ch, &ny, 16);
+        memcpy(arg + ch, &av, 16);
+    }
+    for (; ch < c; ch++) {
+        if (x[ch] > y[ch]) {
+            y[ch] = x[ch];
+            arg[ch] = base + ch;
+        }
     }
 }
 
@@ -141,11 +157,49 @@ void dt__nn_cpu_pool_fwd(dt_nn_pool kind, const dt_nn_win *g, const float *x, fl
             }
 }
 
+/* Max-pool backward when the windows tile the input (stride = pool size, no padding, the
+ * common case): one sequential pass writes every input cell, the pooled gradient where the cell
+ * won and zero elsewhere, instead of clearing dx and scattering into it. */
+static void tiled_max_bwd(const dt_nn_win *g, const float *dy, const int32_t *arg, float *dx)
+{
+    int c = g->c;
+    for (int n = 0; n < g->n; n++)
+        for (int iy = 0; iy < g->h; iy++)
+            for (int ix = 0; ix < g->w; ix++) {
+                size_t cell = (((size_t)n * g->h + iy) * g->w + ix) * c;
+                float *d = dx + cell;
+                int oy = iy / g->kh, ox = ix / g->kw;
+                if (oy >= g->oh || ox >= g->ow) { /* rows and columns no window covers */
+                    memset(d, 0, (size_t)c * sizeof(float));
+                    continue;
+                }
+                size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                const float *dp = dy + o;
+                const int32_t *ap = arg + o;
+                int ch = 0;
+                for (; ch + 4 <= c; ch += 4) {
+                    dt_v4i av, idx = (dt_v4i){0, 1, 2, 3} + (int32_t)(cell + ch);
+                    dt_v4f dv;
+                    memcpy(&av, ap + ch, 16);
+                    memcpy(&dv, dp + ch, 16);
+                    dt_v4i r = (dt_v4i)dv & (av == idx);
+                    memcpy(d + ch, &r, 16);
+                }
+                for (; ch < c; ch++)
+                    d[ch] = ap[ch] == (int32_t)(cell + ch) ? dp[ch] : 0.0f;
+            }
+}
+
 void dt__nn_cpu_pool_bwd(dt_nn_pool kind, const dt_nn_win *g, const float *dy, const int32_t *arg,
                          float *dx, bool acc)
 {
     int c = g->c;
     size_t ny = (size_t)g->n * g->oh * g->ow * c;
+    if (kind == DT_NN_POOL_MAX && !acc && g->sh == g->kh && g->sw == g->kw && g->pt == 0 &&
+        g->pl == 0) {
+        tiled_max_bwd(g, dy, arg, dx);
+        return;
+    }
     if (!acc)
         memset(dx, 0, (size_t)g->n * g->h * g->w * c * sizeof(float));
     if (kind == DT_NN_POOL_MAX) {
