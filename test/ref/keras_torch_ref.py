@@ -14,6 +14,7 @@ back), and writes DIR/out.json + DIR/out.bin (float64, same manifest form):
   "<opt>/<weight>"          every weight (moving statistics included) after N steps of <opt>,
                             with Keras 3's update rules, on the same batch every step.
 Only the layers of config/models are implemented; anything else raises.
+REF_DTYPE=float32 runs the reference in float32 (to see how far float32 itself drifts).
 """
 import json
 import math
