@@ -13,6 +13,7 @@
 
 typedef int (*dt_cli_verb_fn)(int argc, char **argv);
 
+int dt_cli_bench(int argc, char **argv);
 int dt_cli_cluster(int argc, char **argv);
 int dt_cli_data(int argc, char **argv);
 int dt_cli_summary(int argc, char **argv);

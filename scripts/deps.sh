@@ -10,6 +10,7 @@ PKGS=(
   libcjson-dev libuv1-dev libopenblas-dev zlib1g-dev  # JSON, event loop, GEMM, .gz
   dataset-fashion-mnist                               # the real data set of tests and the demo
   iproute2 systemd                                    # netns test bed, systemd-analyze verify
+  python3-torch                                       # PyTorch reference of the nn parity tests and bench
 )
 
 missing=()

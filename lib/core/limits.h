@@ -24,5 +24,8 @@
 #define DT_MAX_DATA_FEATURES   256          /* features of one record / CSV columns used */
 #define DT_MAX_CSV_COLUMNS     65536        /* columns of one CSV line */
 #define DT_MAX_CLASSES         65536        /* label histogram ceiling (inspect) */
+#define DT_MAX_NN_LAYERS       4096         /* layers of one Keras model */
+#define DT_MAX_NN_PARAMS       (1ull << 30) /* weights of one model (floats, 4 GiB) */
+#define DT_MAX_NN_DIM          (1 << 24)    /* one axis of a layer's output */
 
 #endif

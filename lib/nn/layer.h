@@ -1,0 +1,218 @@
+/*
+ * layer.h - internal to nn: the layer structure, the per-class vtable and the step context.
+ *
+ * A layer class provides parse (Keras config -> fields, refusing what it does not support),
+ * build (input shapes -> output shape, weights, buffer sizes), forward and backward. The model
+ * (model.c) owns the layers, allocates every buffer and runs them in topological order. Layers do
+ * arithmetic only through c->ops.
+ */
+#ifndef DT_NN_LAYER_H
+#define DT_NN_LAYER_H
+
+#include "core/rng.h"
+#include "core/status.h"
+#include "nn/model.h"
+#include "nn/ops.h"
+
+#include <cjson/cJSON.h>
+
+#define DT_NN_MAX_IN 16 /* inputs of one merge layer */
+#define DT_NN_MAX_W  4  /* weights of one layer */
+
+typedef struct dt_nn_shape {
+    int rank;
+    int d[DT_NN_MAX_RANK];
+} dt_nn_shape;
+
+static inline size_t dt__nn_shape_size(const dt_nn_shape *s)
+{
+    size_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= (size_t)s->d[i];
+    return n;
+}
+
+/* Keras initializers. The named random ones (GlorotUniform, HeNormal, ...) are VarianceScaling
+ * with Keras's parameters. */
+typedef enum dt__nn_init_kind {
+    DT_NN_INIT_ZEROS,
+    DT_NN_INIT_ONES,
+    DT_NN_INIT_CONSTANT,         /* a = value */
+    DT_NN_INIT_VARIANCE_SCALING, /* scale, mode, dist */
+    DT_NN_INIT_RANDOM_UNIFORM,   /* a = minval, b = maxval */
+    DT_NN_INIT_RANDOM_NORMAL,    /* a = mean, b = stddev */
+    DT_NN_INIT_TRUNCATED_NORMAL, /* a = mean, b = stddev, cut at 2 stddev */
+} dt__nn_init_kind;
+
+typedef enum { DT_NN_FAN_IN, DT_NN_FAN_OUT, DT_NN_FAN_AVG } dt__nn_fan;
+typedef enum { DT_NN_DIST_UNIFORM, DT_NN_DIST_TRUNCATED, DT_NN_DIST_NORMAL } dt__nn_dist;
+
+typedef struct dt__nn_init {
+    dt__nn_init_kind kind;
+    double a, b, scale;
+    dt__nn_fan mode;
+    dt__nn_dist dist;
+} dt__nn_init;
+
+/* The Keras default kernel initializer (GlorotUniform). */
+#define DT_NN_INIT_GLOROT_UNIFORM_                                                                 \
+    ((dt__nn_init){.kind = DT_NN_INIT_VARIANCE_SCALING,                                            \
+                   .scale = 1.0,                                                                   \
+                   .mode = DT_NN_FAN_AVG,                                                          \
+                   .dist = DT_NN_DIST_UNIFORM})
+
+typedef struct dt__nn_weight {
+    char var[24]; /* "kernel" */
+    dt_nn_shape shape;
+    bool trainable;
+    dt__nn_init init;
+    float l1, l2; /* regularizer */
+    int pub;      /* index in the model's weight table */
+    float *data, *grad;
+} dt__nn_weight;
+
+typedef struct dt__nn_layer dt__nn_layer;
+typedef struct dt__nn_ctx dt__nn_ctx;
+
+typedef struct dt__nn_layer_vt {
+    const char *class_name;
+    /* Reads the layer's config; the common keys are read by keras.c. NULL: no options. */
+    dt_status (*parse)(dt__nn_layer *l, const cJSON *cfg, dt_err *err);
+    /* From l->in_shape: sets l->out, declares weights (l->w, l->n_w) and aux bytes/sample. */
+    dt_status (*build)(dt__nn_layer *l, dt_err *err);
+    void (*forward)(dt__nn_layer *l, dt__nn_ctx *c);
+    void (*backward)(dt__nn_layer *l, dt__nn_ctx *c);
+    /* Keys of the config this class reads (besides the common ones), NULL-terminated. */
+    const char *const *keys;
+} dt__nn_layer_vt;
+
+struct dt__nn_layer {
+    const dt__nn_layer_vt *vt;
+    char name[DT_NN_NAME_LEN];
+    int index;
+    bool trainable;
+    int n_in;
+    int in[DT_NN_MAX_IN]; /* producer layer indices */
+    dt_nn_shape in_shape[DT_NN_MAX_IN];
+    dt_nn_shape out;
+
+    /* Config (each class reads its own fields). */
+    dt_nn_act_p act; /* fused activation (Dense, Conv2D) or the layer's own */
+    int units;       /* Dense units, Conv2D filters */
+    int kh, kw, sh, sw;
+    bool same; /* padding "same" */
+    bool use_bias, center, scale_on, keepdims;
+    float rate; /* Dropout */
+    float scale, offset, momentum, eps;
+    int pad[4];         /* ZeroPadding2D top, bottom, left, right */
+    int up[2];          /* UpSampling2D */
+    dt_nn_shape target; /* Reshape (-1 allowed before build) */
+    dt_nn_shape decl;   /* declared input shape (InputLayer; first layer of a Keras 2 model) */
+    dt__nn_init kinit, binit, ginit, beinit, mminit, mvinit;
+    float kl1, kl2, bl1, bl2;
+
+    int n_w;
+    dt__nn_weight w[DT_NN_MAX_W];
+
+    /* Buffers (device), sized for the reserved batch. z is the pre-activation (NULL when the
+     * activation is linear: y is written directly). aux holds per-sample scratch of aux_bytes
+     * (dropout mask, max-pool argmax, BN xhat); stat per-layer scratch of stat_floats. */
+    size_t aux_bytes, stat_floats;
+    float *y, *dy, *z, *stat;
+    void *aux;
+    bool fused_loss; /* the loss took the gradient of the pre-activation: skip act backward */
+    bool alias;      /* y/dy are the input's (Flatten, Reshape): nothing is copied */
+    dt_nn_win win;
+    size_t col_floats; /* im2col scratch per sample */
+    int n_consumers;
+    bool dy_written; /* reset every backward: the first consumer writes, the others add */
+};
+
+struct dt__nn_ctx {
+    const dt_nn_ops *ops;
+    dt__nn_layer *layers;
+    int n; /* batch */
+    bool training;
+    dt_rng *rng;
+    float *col; /* im2col scratch */
+};
+
+/* Input i's output and gradient. need_dx: whether the producer wants a gradient (not an
+ * InputLayer). take_acc: false for the first writer of the producer's dy, true after. */
+static inline const float *dt__nn_x(dt__nn_ctx *c, dt__nn_layer *l, int i)
+{
+    return c->layers[l->in[i]].y;
+}
+bool dt__nn_need_dx(dt__nn_ctx *c, dt__nn_layer *l, int i);
+float *dt__nn_dx(dt__nn_ctx *c, dt__nn_layer *l, int i, bool *acc);
+
+/* The fused activation of Dense and Conv2D: the GEMM writes dt__nn_pre(l), act_out turns it
+ * into y; act_grad turns dy into the gradient of the pre-activation, in place. */
+static inline float *dt__nn_pre(dt__nn_layer *l)
+{
+    return l->z ? l->z : l->y;
+}
+void dt__nn_act_out(dt__nn_layer *l, dt__nn_ctx *c, size_t rows, int cols);
+void dt__nn_act_grad(dt__nn_layer *l, dt__nn_ctx *c, size_t rows, int cols);
+
+/* Adds weight `var` of shape to l (build time). */
+dt__nn_weight *dt__nn_add_weight(dt__nn_layer *l, const char *var, dt_nn_shape shape,
+                                 bool trainable, dt__nn_init init);
+
+/* Config readers shared by the classes: they name the layer, its class and the key. */
+dt_status dt__nn_cfg_int(const dt__nn_layer *l, const cJSON *cfg, const char *key, int def,
+                         int *out, dt_err *err);
+dt_status dt__nn_cfg_float(const dt__nn_layer *l, const cJSON *cfg, const char *key, float def,
+                           float *out, dt_err *err);
+dt_status dt__nn_cfg_bool(const dt__nn_layer *l, const cJSON *cfg, const char *key, bool def,
+                          bool *out, dt_err *err);
+/* An int or a list of two ints ("kernel_size": 3 or [3, 3]). */
+dt_status dt__nn_cfg_pair(const dt__nn_layer *l, const cJSON *cfg, const char *key, int def,
+                          int out[2], dt_err *err);
+/* "valid" or "same". */
+dt_status dt__nn_cfg_padding(const dt__nn_layer *l, const cJSON *cfg, bool *same, dt_err *err);
+dt_status dt__nn_cfg_activation(const dt__nn_layer *l, const cJSON *cfg, const char *key,
+                                dt_nn_act_p *out, dt_err *err);
+dt_status dt__nn_cfg_init(const dt__nn_layer *l, const cJSON *cfg, const char *key, dt__nn_init def,
+                          dt__nn_init *out, dt_err *err);
+dt_status dt__nn_cfg_regularizer(const dt__nn_layer *l, const cJSON *cfg, const char *key,
+                                 float *l1, float *l2, dt_err *err);
+/* Refuses a key whose value is anything but null (constraints, activity regularizers). */
+dt_status dt__nn_cfg_null(const dt__nn_layer *l, const cJSON *cfg, const char *key, dt_err *err);
+/* Refuses a key whose value is present and differs from the string want. */
+dt_status dt__nn_cfg_string_is(const dt__nn_layer *l, const cJSON *cfg, const char *key,
+                               const char *want, dt_err *err);
+/* Errors: "model: layer 'conv2d' (Conv2D): option 'padding': ..." */
+dt_status dt__nn_layer_err(const dt__nn_layer *l, dt_status code, dt_err *err, const char *fmt, ...)
+    DT_PRINTF(4, 5);
+
+/* The class table (layers_*.c) and its lookup; NULL for an unknown class. */
+const dt__nn_layer_vt *dt__nn_find_class(const char *class_name);
+/* "Dense, Conv2D, ..." for messages. */
+const char *dt__nn_class_list(void);
+
+/* Fills host memory with an initializer (init.c); fan_in/fan_out follow Keras's rules for the
+ * shape. */
+void dt__nn_init_fill(const dt__nn_init *init, const dt_nn_shape *shape, float *host, dt_rng *rng);
+dt_status dt__nn_init_parse(const cJSON *j, dt__nn_init *out, char *why, size_t why_len);
+dt_status dt__nn_act_parse(const char *name, dt_nn_act_p *out);
+
+/* The layers of a parsed model in topological order (keras.c fills it, model.c owns it). */
+typedef struct dt__nn_graph {
+    char name[DT_NN_NAME_LEN];
+    bool sequential;
+    dt__nn_layer *layers; /* calloc'd */
+    int n;
+    int output; /* index of the output layer; layer 0 is the only InputLayer */
+} dt__nn_graph;
+
+/* Parses a model.to_json() document into g (layers parsed, not built: shapes are set later). */
+dt_status dt__nn_keras_parse(const cJSON *root, dt__nn_graph *g, dt_err *err);
+
+/* Per-class vtables. */
+extern const dt__nn_layer_vt dt__nn_input_layer, dt__nn_dense, dt__nn_flatten, dt__nn_reshape,
+    dt__nn_dropout, dt__nn_activation, dt__nn_relu, dt__nn_leaky_relu, dt__nn_softmax,
+    dt__nn_rescaling, dt__nn_conv2d, dt__nn_maxpool2d, dt__nn_avgpool2d, dt__nn_gap2d, dt__nn_gmp2d,
+    dt__nn_upsampling2d, dt__nn_zeropadding2d, dt__nn_batchnorm, dt__nn_add, dt__nn_concatenate;
+
+#endif

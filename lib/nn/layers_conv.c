@@ -1,0 +1,455 @@
+/* layers_conv.c - the spatial layers over (N, H, W, C): Conv2D (im2col + GEMM), MaxPooling2D,
+ * AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, ZeroPadding2D, UpSampling2D. */
+#include "nn/layer.h"
+
+#include <string.h>
+
+/* im2col rows of at most this many bytes per sample are kept from forward to backward; larger
+ * ones are recomputed in backward from the shared scratch, trading time for memory. */
+#define KEEP_COL_BYTES (256u << 10)
+
+/* Keras's output size and leading padding for one axis. */
+static int out_size(int in, int k, int s, bool same, int *pad_before)
+{
+    if (!same) {
+        *pad_before = 0;
+        return in >= k ? (in - k) / s + 1 : 0;
+    }
+    int out = (in + s - 1) / s;
+    int total = (out - 1) * s + k - in;
+    *pad_before = total > 0 ? total / 2 : 0;
+    return out;
+}
+
+static dt_status spatial_input(dt__nn_layer *l, dt_err *err)
+{
+    const dt_nn_shape *in = &l->in_shape[0];
+    if (in->rank != 3)
+        return dt__nn_layer_err(l, DT_EINVAL, err,
+                                "needs a (height, width, channels) input, got rank %d", in->rank);
+    return DT_OK;
+}
+
+static dt_status window_build(dt__nn_layer *l, dt_err *err)
+{
+    DT_TRY(spatial_input(l, err));
+    const dt_nn_shape *in = &l->in_shape[0];
+    dt_nn_win *g = &l->win;
+    *g = (dt_nn_win){.h = in->d[0],
+                     .w = in->d[1],
+                     .c = in->d[2],
+                     .kh = l->kh,
+                     .kw = l->kw,
+                     .sh = l->sh,
+                     .sw = l->sw};
+    g->oh = out_size(g->h, g->kh, g->sh, l->same, &g->pt);
+    g->ow = out_size(g->w, g->kw, g->sw, l->same, &g->pl);
+    if (g->oh < 1 || g->ow < 1)
+        return dt__nn_layer_err(l, DT_EINVAL, err,
+                                "window %dx%d does not fit the %dx%d input (output would be empty)",
+                                g->kh, g->kw, g->h, g->w);
+    return DT_OK;
+}
+
+static dt_status common_spatial_opts(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
+{
+    return dt__nn_cfg_string_is(l, cfg, "data_format", "channels_last", err);
+}
+
+/* ---- Conv2D -----------------------------------------------------------------------------------
+ */
+
+static const char *const conv_keys[] = {"filters",
+                                        "kernel_size",
+                                        "strides",
+                                        "padding",
+                                        "data_format",
+                                        "dilation_rate",
+                                        "groups",
+                                        "activation",
+                                        "use_bias",
+                                        "kernel_initializer",
+                                        "bias_initializer",
+                                        "kernel_regularizer",
+                                        "bias_regularizer",
+                                        "activity_regularizer",
+                                        "kernel_constraint",
+                                        "bias_constraint",
+                                        "lora_rank",
+                                        "lora_alpha",
+                                        NULL};
+
+static dt_status conv_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
+{
+    int k[2], s[2], d[2], groups;
+    DT_TRY(dt__nn_cfg_int(l, cfg, "filters", 0, &l->units, err));
+    if (l->units < 1 || l->units > (1 << 20))
+        return dt__nn_layer_err(l, DT_EINVAL, err, "option 'filters': %d is not in 1..1048576",
+                                l->units);
+    if (!cJSON_GetObjectItemCaseSensitive(cfg, "kernel_size"))
+        return dt__nn_layer_err(l, DT_EINVAL, err, "option 'kernel_size' is required");
+    DT_TRY(dt__nn_cfg_pair(l, cfg, "kernel_size", 1, k, err));
+    DT_TRY(dt__nn_cfg_pair(l, cfg, "strides", 1, s, err));
+    DT_TRY(dt__nn_cfg_pair(l, cfg, "dilation_rate", 1, d, err));
+    if (d[0] != 1 || d[1] != 1)
+        return dt__nn_layer_err(l, DT_ENOTSUP, err,
+                                "option 'dilation_rate': [%d, %d] is not supported (only 1)", d[0],
+                                d[1]);
+    DT_TRY(dt__nn_cfg_int(l, cfg, "groups", 1, &groups, err));
+    if (groups != 1)
+        return dt__nn_layer_err(l, DT_ENOTSUP, err, "option 'groups': %d is not supported (only 1)",
+                                groups);
+    l->kh = k[0], l->kw = k[1], l->sh = s[0], l->sw = s[1];
+    DT_TRY(dt__nn_cfg_padding(l, cfg, &l->same, err));
+    DT_TRY(common_spatial_opts(l, cfg, err));
+    DT_TRY(dt__nn_cfg_activation(l, cfg, "activation", &l->act, err));
+    DT_TRY(dt__nn_cfg_bool(l, cfg, "use_bias", true, &l->use_bias, err));
+    DT_TRY(
+        dt__nn_cfg_init(l, cfg, "kernel_initializer", DT_NN_INIT_GLOROT_UNIFORM_, &l->kinit, err));
+    DT_TRY(dt__nn_cfg_init(l, cfg, "bias_initializer", (dt__nn_init){.kind = DT_NN_INIT_ZEROS},
+                           &l->binit, err));
+    DT_TRY(dt__nn_cfg_regularizer(l, cfg, "kernel_regularizer", &l->kl1, &l->kl2, err));
+    DT_TRY(dt__nn_cfg_regularizer(l, cfg, "bias_regularizer", &l->bl1, &l->bl2, err));
+    DT_TRY(dt__nn_cfg_null(l, cfg, "activity_regularizer", err));
+    DT_TRY(dt__nn_cfg_null(l, cfg, "kernel_constraint", err));
+    DT_TRY(dt__nn_cfg_null(l, cfg, "bias_constraint", err));
+    return dt__nn_cfg_null(l, cfg, "lora_rank", err);
+}
+
+static bool conv_is_1x1(const dt__nn_layer *l)
+{
+    return l->kh == 1 && l->kw == 1 && l->sh == 1 && l->sw == 1;
+}
+
+static dt_status conv_build(dt__nn_layer *l, dt_err *err)
+{
+    DT_TRY(window_build(l, err));
+    const dt_nn_win *g = &l->win;
+    l->out = (dt_nn_shape){3, {g->oh, g->ow, l->units}};
+    dt__nn_weight *k = dt__nn_add_weight(
+        l, "kernel", (dt_nn_shape){4, {l->kh, l->kw, g->c, l->units}}, true, l->kinit);
+    k->l1 = l->kl1;
+    k->l2 = l->kl2;
+    if (l->use_bias) {
+        dt__nn_weight *b =
+            dt__nn_add_weight(l, "bias", (dt_nn_shape){1, {l->units}}, true, l->binit);
+        b->l1 = l->bl1;
+        b->l2 = l->bl2;
+    }
+    if (!conv_is_1x1(l)) {
+        l->col_floats = (size_t)g->oh * g->ow * g->kh * g->kw * g->c;
+        if (l->col_floats * sizeof(float) <= KEEP_COL_BYTES)
+            l->aux_bytes = l->col_floats * sizeof(float);
+    }
+    return DT_OK;
+}
+
+/* The lowered input (rows, K): x itself for 1x1 convolutions, else an im2col buffer. */
+static const float *conv_col(dt__nn_layer *l, dt__nn_ctx *c, bool fill)
+{
+    if (conv_is_1x1(l))
+        return dt__nn_x(c, l, 0);
+    float *col = l->aux ? l->aux : c->col;
+    if (fill)
+        c->ops->im2col(&l->win, dt__nn_x(c, l, 0), col);
+    return col;
+}
+
+static void conv_forward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    l->win.n = c->n;
+    int rows = c->n * l->win.oh * l->win.ow, K = l->kh * l->kw * l->win.c;
+    const float *col = conv_col(l, c, true);
+    /* y (rows, filters) = col (rows, K) kernel (K, filters) */
+    dt_nn_gemm(c->ops, false, false, rows, l->units, K, 1.0f, col, K, l->w[0].data, l->units, 0.0f,
+               dt__nn_pre(l), l->units);
+    if (l->use_bias)
+        c->ops->bias_add(dt__nn_pre(l), l->w[1].data, (size_t)rows, l->units);
+    dt__nn_act_out(l, c, (size_t)rows, l->units);
+}
+
+static void conv_backward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    l->win.n = c->n;
+    int rows = c->n * l->win.oh * l->win.ow, K = l->kh * l->kw * l->win.c;
+    dt__nn_act_grad(l, c, (size_t)rows, l->units);
+    const float *col = conv_col(l, c, l->aux == NULL && !conv_is_1x1(l));
+    /* dkernel (K, filters) = col^T dz */
+    dt_nn_gemm(c->ops, true, false, K, l->units, rows, 1.0f, col, K, l->dy, l->units, 0.0f,
+               l->w[0].grad, l->units);
+    if (l->use_bias)
+        c->ops->bias_grad(l->dy, (size_t)rows, l->units, l->w[1].grad, false);
+    if (!dt__nn_need_dx(c, l, 0))
+        return;
+    bool acc;
+    float *dx = dt__nn_dx(c, l, 0, &acc);
+    if (conv_is_1x1(l)) {
+        dt_nn_gemm(c->ops, false, true, rows, K, l->units, 1.0f, l->dy, l->units, l->w[0].data,
+                   l->units, acc ? 1.0f : 0.0f, dx, K);
+        return;
+    }
+    /* dcol (rows, K) = dz kernel^T, then scattered back */
+    dt_nn_gemm(c->ops, false, true, rows, K, l->units, 1.0f, l->dy, l->units, l->w[0].data,
+               l->units, 0.0f, c->col, K);
+    c->ops->col2im(&l->win, c->col, dx, acc);
+}
+
+const dt__nn_layer_vt dt__nn_conv2d = {
+    .class_name = "Conv2D",
+    .parse = conv_parse,
+    .build = conv_build,
+    .forward = conv_forward,
+    .backward = conv_backward,
+    .keys = conv_keys,
+};
+
+/* ---- pooling ----------------------------------------------------------------------------------
+ */
+
+static const char *const pool_keys[] = {"pool_size", "strides", "padding", "data_format", NULL};
+
+static dt_status pool_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
+{
+    int k[2], s[2];
+    DT_TRY(dt__nn_cfg_pair(l, cfg, "pool_size", 2, k, err));
+    DT_TRY(dt__nn_cfg_pair(l, cfg, "strides", 0 /* none: the pool size */, s, err));
+    l->kh = k[0], l->kw = k[1];
+    l->sh = s[0] ? s[0] : k[0];
+    l->sw = s[1] ? s[1] : k[1];
+    DT_TRY(dt__nn_cfg_padding(l, cfg, &l->same, err));
+    return common_spatial_opts(l, cfg, err);
+}
+
+static dt_status pool_build(dt__nn_layer *l, dt_err *err)
+{
+    DT_TRY(window_build(l, err));
+    l->out = (dt_nn_shape){3, {l->win.oh, l->win.ow, l->win.c}};
+    if (l->vt == &dt__nn_maxpool2d || l->vt == &dt__nn_gmp2d)
+        l->aux_bytes = dt__nn_shape_size(&l->out) * sizeof(int32_t); /* argmax */
+    return DT_OK;
+}
+
+static dt_nn_pool pool_kind(const dt__nn_layer *l)
+{
+    return (l->vt == &dt__nn_maxpool2d || l->vt == &dt__nn_gmp2d) ? DT_NN_POOL_MAX : DT_NN_POOL_AVG;
+}
+
+static void pool_forward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    l->win.n = c->n;
+    c->ops->pool_fwd(pool_kind(l), &l->win, dt__nn_x(c, l, 0), l->y, l->aux);
+}
+
+static void pool_backward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    if (!dt__nn_need_dx(c, l, 0))
+        return;
+    l->win.n = c->n;
+    bool acc;
+    float *dx = dt__nn_dx(c, l, 0, &acc);
+    c->ops->pool_bwd(pool_kind(l), &l->win, l->dy, l->aux, dx, acc);
+}
+
+const dt__nn_layer_vt dt__nn_maxpool2d = {
+    .class_name = "MaxPooling2D",
+    .parse = pool_parse,
+    .build = pool_build,
+    .forward = pool_forward,
+    .backward = pool_backward,
+    .keys = pool_keys,
+};
+
+const dt__nn_layer_vt dt__nn_avgpool2d = {
+    .class_name = "AveragePooling2D",
+    .parse = pool_parse,
+    .build = pool_build,
+    .forward = pool_forward,
+    .backward = pool_backward,
+    .keys = pool_keys,
+};
+
+/* Global pooling is pooling with one window the size of the image. */
+static const char *const gpool_keys[] = {"data_format", "keepdims", NULL};
+
+static dt_status gpool_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
+{
+    DT_TRY(common_spatial_opts(l, cfg, err));
+    return dt__nn_cfg_bool(l, cfg, "keepdims", false, &l->keepdims, err);
+}
+
+static dt_status gpool_build(dt__nn_layer *l, dt_err *err)
+{
+    DT_TRY(spatial_input(l, err));
+    l->kh = l->in_shape[0].d[0], l->kw = l->in_shape[0].d[1];
+    l->sh = l->sw = 1;
+    l->same = false;
+    DT_TRY(pool_build(l, err));
+    int ch = l->win.c;
+    l->out = l->keepdims ? (dt_nn_shape){3, {1, 1, ch}} : (dt_nn_shape){1, {ch}};
+    return DT_OK;
+}
+
+const dt__nn_layer_vt dt__nn_gap2d = {
+    .class_name = "GlobalAveragePooling2D",
+    .parse = gpool_parse,
+    .build = gpool_build,
+    .forward = pool_forward,
+    .backward = pool_backward,
+    .keys = gpool_keys,
+};
+
+const dt__nn_layer_vt dt__nn_gmp2d = {
+    .class_name = "GlobalMaxPooling2D",
+    .parse = gpool_parse,
+    .build = gpool_build,
+    .forward = pool_forward,
+    .backward = pool_backward,
+    .keys = gpool_keys,
+};
+
+/* ---- ZeroPadding2D: y is x inside a frame of zeros --------------------------------------------
+ */
+
+static const char *const zpad_keys[] = {"padding", "data_format", NULL};
+
+static dt_status zpad_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
+{
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(cfg, "padding");
+    int v[4] = {1, 1, 1, 1};
+    if (cJSON_IsNumber(p)) {
+        v[0] = v[1] = v[2] = v[3] = p->valueint;
+    } else if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2) {
+        for (int i = 0; i < 2; i++) {
+            const cJSON *e = cJSON_GetArrayItem(p, i);
+            if (cJSON_IsNumber(e)) {
+                v[2 * i] = v[2 * i + 1] = e->valueint;
+            } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 &&
+                       cJSON_IsNumber(cJSON_GetArrayItem(e, 0)) &&
+                       cJSON_IsNumber(cJSON_GetArrayItem(e, 1))) {
+                v[2 * i] = cJSON_GetArrayItem(e, 0)->valueint;
+                v[2 * i + 1] = cJSON_GetArrayItem(e, 1)->valueint;
+            } else {
+                return dt__nn_layer_err(l, DT_EINVAL, err,
+                                        "option 'padding': expected [[top, bottom], [left, "
+                                        "right]]");
+            }
+        }
+    } else if (p && !cJSON_IsNull(p)) {
+        return dt__nn_layer_err(l, DT_EINVAL, err,
+                                "option 'padding': expected an integer or two pairs");
+    }
+    for (int i = 0; i < 4; i++)
+        if (v[i] < 0 || v[i] > 65536)
+            return dt__nn_layer_err(l, DT_EINVAL, err, "option 'padding': %d out of range", v[i]);
+    memcpy(l->pad, v, sizeof v);
+    return common_spatial_opts(l, cfg, err);
+}
+
+static dt_status zpad_build(dt__nn_layer *l, dt_err *err)
+{
+    DT_TRY(spatial_input(l, err));
+    const dt_nn_shape *in = &l->in_shape[0];
+    l->out = (dt_nn_shape){
+        3, {in->d[0] + l->pad[0] + l->pad[1], in->d[1] + l->pad[2] + l->pad[3], in->d[2]}};
+    return DT_OK;
+}
+
+static void zpad_forward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    const dt_nn_shape *in = &l->in_shape[0];
+    int H = in->d[0], W = in->d[1], C = in->d[2], OW = l->out.d[1];
+    size_t per_in = dt__nn_shape_size(in), per_out = dt__nn_shape_size(&l->out);
+    c->ops->fill((size_t)c->n * per_out, 0.0f, l->y);
+    for (int n = 0; n < c->n; n++)
+        c->ops->copy2d((size_t)H, W * C, dt__nn_x(c, l, 0) + n * per_in, W * C,
+                       l->y + n * per_out + ((size_t)l->pad[0] * OW + l->pad[2]) * C, OW * C,
+                       false);
+}
+
+static void zpad_backward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    if (!dt__nn_need_dx(c, l, 0))
+        return;
+    const dt_nn_shape *in = &l->in_shape[0];
+    int H = in->d[0], W = in->d[1], C = in->d[2], OW = l->out.d[1];
+    size_t per_in = dt__nn_shape_size(in), per_out = dt__nn_shape_size(&l->out);
+    bool acc;
+    float *dx = dt__nn_dx(c, l, 0, &acc);
+    for (int n = 0; n < c->n; n++)
+        c->ops->copy2d((size_t)H, W * C,
+                       l->dy + n * per_out + ((size_t)l->pad[0] * OW + l->pad[2]) * C, OW * C,
+                       dx + n * per_in, W * C, acc);
+}
+
+const dt__nn_layer_vt dt__nn_zeropadding2d = {
+    .class_name = "ZeroPadding2D",
+    .parse = zpad_parse,
+    .build = zpad_build,
+    .forward = zpad_forward,
+    .backward = zpad_backward,
+    .keys = zpad_keys,
+};
+
+/* ---- UpSampling2D (nearest): y[i, j] = x[i / sh, j / sw] --------------------------------------
+ */
+
+static const char *const up_keys[] = {"size", "data_format", "interpolation", NULL};
+
+static dt_status up_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
+{
+    DT_TRY(dt__nn_cfg_pair(l, cfg, "size", 2, l->up, err));
+    DT_TRY(dt__nn_cfg_string_is(l, cfg, "interpolation", "nearest", err));
+    return common_spatial_opts(l, cfg, err);
+}
+
+static dt_status up_build(dt__nn_layer *l, dt_err *err)
+{
+    DT_TRY(spatial_input(l, err));
+    const dt_nn_shape *in = &l->in_shape[0];
+    l->out = (dt_nn_shape){3, {in->d[0] * l->up[0], in->d[1] * l->up[1], in->d[2]}};
+    return DT_OK;
+}
+
+/* One strided copy per (sample, input row, vertical copy, horizontal phase): row ix of the input
+ * goes to columns ix*sw + phase of output row iy*sh + k. */
+static void up_move(dt__nn_layer *l, dt__nn_ctx *c, bool backward)
+{
+    const dt_nn_shape *in = &l->in_shape[0];
+    int H = in->d[0], W = in->d[1], C = in->d[2], sh = l->up[0], sw = l->up[1], OW = W * sw;
+    size_t per_in = dt__nn_shape_size(in), per_out = dt__nn_shape_size(&l->out);
+    bool acc = false;
+    float *dx = backward ? dt__nn_dx(c, l, 0, &acc) : NULL;
+    for (int n = 0; n < c->n; n++)
+        for (int iy = 0; iy < H; iy++)
+            for (int k = 0; k < sh; k++)
+                for (int p = 0; p < sw; p++) {
+                    size_t xo = n * per_in + (size_t)iy * W * C;
+                    size_t yo = n * per_out + ((size_t)(iy * sh + k) * OW + p) * C;
+                    if (!backward) {
+                        c->ops->copy2d((size_t)W, C, dt__nn_x(c, l, 0) + xo, C, l->y + yo, sw * C,
+                                       false);
+                    } else {
+                        c->ops->copy2d((size_t)W, C, l->dy + yo, sw * C, dx + xo, C, acc || k || p);
+                    }
+                }
+}
+
+static void up_forward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    up_move(l, c, false);
+}
+
+static void up_backward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    if (dt__nn_need_dx(c, l, 0))
+        up_move(l, c, true);
+}
+
+const dt__nn_layer_vt dt__nn_upsampling2d = {
+    .class_name = "UpSampling2D",
+    .parse = up_parse,
+    .build = up_build,
+    .forward = up_forward,
+    .backward = up_backward,
+    .keys = up_keys,
+};

@@ -1,0 +1,642 @@
+/* model.c - a built model: shapes, the flat parameter / gradient / state buffers, activation
+ * buffers, and one training step (forward, loss, backward, regularizers). */
+#include "nn/model.h"
+
+#include "core/buf.h"
+#include "core/limits.h"
+#include "nn/layer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dt_model {
+    dt__nn_graph g;
+    const dt_nn_ops *ops;
+    dt_rng rng;    /* dropout masks */
+    float *params; /* (n_params) trainable weights, layer by layer */
+    float *grads;  /* (n_params) same layout */
+    float *state;  /* (n_state) non-trainable weights */
+    size_t n_params, n_state;
+    dt_model_weight *weights; /* (n_weights) */
+    size_t n_weights;
+    int reserved;     /* batch the activation buffers hold */
+    float *col;       /* im2col scratch, (reserved, max col_floats) */
+    int32_t *labels;  /* (reserved) device copy of the labels */
+    float *targets;   /* (reserved, output size) device copy of the targets */
+    float *host_pred; /* (reserved, output size) host copy of the predictions */
+};
+
+static dt__nn_layer *root(dt_model *m, dt__nn_layer *l)
+{
+    while (l->alias)
+        l = &m->g.layers[l->in[0]];
+    return l;
+}
+
+static bool has_fused_act(const dt__nn_layer *l)
+{
+    return l->vt == &dt__nn_dense || l->vt == &dt__nn_conv2d;
+}
+
+static void free_buffers(dt_model *m)
+{
+    const dt_nn_ops *o = m->ops;
+    for (int i = 0; i < m->g.n; i++) {
+        dt__nn_layer *l = &m->g.layers[i];
+        if (!l->alias) {
+            dt_nn_free(o, l->y);
+            dt_nn_free(o, l->dy);
+        }
+        dt_nn_free(o, l->z);
+        dt_nn_free(o, l->aux);
+        dt_nn_free(o, l->stat);
+        l->y = l->dy = l->z = l->stat = NULL;
+        l->aux = NULL;
+    }
+    dt_nn_free(o, m->col);
+    dt_nn_free(o, m->labels);
+    dt_nn_free(o, m->targets);
+    free(m->host_pred);
+    m->col = m->targets = NULL;
+    m->labels = NULL;
+    m->host_pred = NULL;
+    m->reserved = 0;
+}
+
+/* Activation buffers for batches of up to n samples. */
+static dt_status reserve(dt_model *m, int n, dt_err *err)
+{
+    if (n <= m->reserved)
+        return DT_OK;
+    free_buffers(m);
+    const dt_nn_ops *o = m->ops;
+    size_t col = 0, bytes = 0;
+    bool ok = true;
+    for (int i = 0; i < m->g.n && ok; i++) {
+        dt__nn_layer *l = &m->g.layers[i];
+        size_t sz = (size_t)n * dt__nn_shape_size(&l->out) * sizeof(float);
+        if (l->alias) {
+            l->y = m->g.layers[l->in[0]].y;
+            l->dy = m->g.layers[l->in[0]].dy;
+            continue;
+        }
+        l->y = dt_nn_alloc(o, sz);
+        ok = ok && l->y;
+        if (i > 0) {
+            l->dy = dt_nn_alloc(o, sz);
+            ok = ok && l->dy;
+        }
+        if (has_fused_act(l) && l->act.kind != DT_NN_ACT_LINEAR) {
+            l->z = dt_nn_alloc(o, sz);
+            ok = ok && l->z;
+        }
+        if (l->aux_bytes) {
+            l->aux = dt_nn_alloc(o, (size_t)n * l->aux_bytes);
+            ok = ok && l->aux;
+        }
+        if (l->stat_floats) {
+            l->stat = dt_nn_alloc(o, l->stat_floats * sizeof(float));
+            ok = ok && l->stat;
+        }
+        col = l->col_floats > col ? l->col_floats : col;
+        bytes += sz * 3 + (size_t)n * l->aux_bytes;
+    }
+    size_t out = dt_model_output_size(m);
+    if (ok && col)
+        ok = (m->col = dt_nn_alloc(o, (size_t)n * col * sizeof(float))) != NULL;
+    if (ok)
+        ok = (m->labels = dt_nn_alloc(o, (size_t)n * sizeof(int32_t))) != NULL &&
+             (m->targets = dt_nn_alloc(o, (size_t)n * out * sizeof(float))) != NULL &&
+             (m->host_pred = malloc((size_t)n * out * sizeof(float))) != NULL;
+    if (!ok) {
+        free_buffers(m);
+        return dt_err_set(err, DT_ENOMEM,
+                          "model: out of memory for the activations of a batch of %d (about %zu "
+                          "MiB); use a smaller batch",
+                          n, (bytes + n * col * sizeof(float)) >> 20);
+    }
+    m->reserved = n;
+    return DT_OK;
+}
+
+static dt_status build(dt_model *m, uint64_t seed, dt_err *err)
+{
+    dt__nn_graph *g = &m->g;
+    size_t np = 0, ns = 0, nw = 0;
+    for (int i = 0; i < g->n; i++) {
+        dt__nn_layer *l = &g->layers[i];
+        for (int j = 0; j < l->n_in; j++) {
+            l->in_shape[j] = g->layers[l->in[j]].out;
+            g->layers[l->in[j]].n_consumers++;
+        }
+        DT_TRY(l->vt->build(l, err));
+        for (int d = 0; d < l->out.rank; d++)
+            if (l->out.d[d] < 1 || l->out.d[d] > DT_MAX_NN_DIM)
+                return dt__nn_layer_err(l, DT_ETOOBIG, err,
+                                        "output axis %d has size %d (limit 1..%d)", d, l->out.d[d],
+                                        DT_MAX_NN_DIM);
+        if (dt__nn_shape_size(&l->out) > (size_t)1 << 31)
+            return dt__nn_layer_err(l, DT_ETOOBIG, err,
+                                    "output of %zu values per sample is too large",
+                                    dt__nn_shape_size(&l->out));
+        for (int j = 0; j < l->n_w; j++) {
+            size_t sz = dt__nn_shape_size(&l->w[j].shape);
+            *(l->w[j].trainable ? &np : &ns) += sz;
+            nw++;
+        }
+        if (np + ns > DT_MAX_NN_PARAMS)
+            return dt__nn_layer_err(l, DT_ETOOBIG, err,
+                                    "the model passes the limit of %llu weights",
+                                    (unsigned long long)DT_MAX_NN_PARAMS);
+    }
+    const dt_nn_ops *o = m->ops;
+    m->n_params = np;
+    m->n_state = ns;
+    m->params = dt_nn_alloc(o, (np ? np : 1) * sizeof(float));
+    m->grads = dt_nn_alloc(o, (np ? np : 1) * sizeof(float));
+    m->state = dt_nn_alloc(o, (ns ? ns : 1) * sizeof(float));
+    m->weights = calloc(nw ? nw : 1, sizeof *m->weights);
+    if (!m->params || !m->grads || !m->state || !m->weights)
+        return dt_err_set(err, DT_ENOMEM, "model: out of memory for %zu weights", np + ns);
+    size_t po = 0, so = 0;
+    for (int i = 0; i < g->n; i++) {
+        dt__nn_layer *l = &g->layers[i];
+        for (int j = 0; j < l->n_w; j++) {
+            dt__nn_weight *w = &l->w[j];
+            dt_model_weight *p = &m->weights[m->n_weights];
+            w->pub = (int)m->n_weights++;
+            snprintf(p->name, sizeof p->name, "%s/%s", l->name, w->var);
+            p->layer = i;
+            p->ndim = w->shape.rank;
+            for (int d = 0; d < w->shape.rank; d++)
+                p->shape[d] = w->shape.d[d];
+            p->size = dt__nn_shape_size(&w->shape);
+            p->trainable = w->trainable;
+            if (w->trainable) {
+                p->offset = po;
+                w->data = p->data = m->params + po;
+                w->grad = p->grad = m->grads + po;
+                po += p->size;
+            } else {
+                p->offset = so;
+                w->data = p->data = m->state + so;
+                so += p->size;
+            }
+            /* One stream per weight: adding a layer does not change the others' values. */
+            float *host = malloc(p->size * sizeof(float));
+            if (!host)
+                return dt_err_set(err, DT_ENOMEM, "model: out of memory initializing %s", p->name);
+            dt_rng r;
+            dt_rng_seed2(&r, seed, (uint64_t)i * DT_NN_MAX_W + (uint64_t)j);
+            dt__nn_init_fill(&w->init, &w->shape, host, &r);
+            o->upload(p->data, host, p->size * sizeof(float));
+            free(host);
+        }
+    }
+    dt_rng_seed2(&m->rng, seed, UINT64_C(0xd10f0075) /* dropout stream */);
+    return DT_OK;
+}
+
+dt_status dt_model_from_json(const char *json, size_t len, const dt_model_opts *opts,
+                             dt_model **out, dt_err *err)
+{
+    *out = NULL;
+    if (len > DT_MAX_MODEL_JSON)
+        return dt_err_set(err, DT_ETOOBIG, "model: JSON of %zu bytes exceeds the limit of %u", len,
+                          DT_MAX_MODEL_JSON);
+    cJSON *root_j = cJSON_ParseWithLength(json, len);
+    if (!root_j)
+        return dt_err_set(err, DT_EINVAL, "model: not valid JSON (near byte %td)",
+                          cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - json : (ptrdiff_t)0);
+    dt_model *m = calloc(1, sizeof *m);
+    dt_status st = DT_OK;
+    if (!m) {
+        st = dt_err_set(err, DT_ENOMEM, "model: out of memory");
+        goto fail;
+    }
+    m->ops = (opts && opts->ops) ? opts->ops : dt_nn_ops_cpu();
+    DT_TRY_GOTO(dt__nn_keras_parse(root_j, &m->g, err), st, fail);
+    DT_TRY_GOTO(build(m, opts ? opts->seed : 0, err), st, fail);
+    cJSON_Delete(root_j);
+    *out = m;
+    return DT_OK;
+fail:
+    cJSON_Delete(root_j);
+    dt_model_free(m);
+    return st;
+}
+
+dt_status dt_model_from_file(const char *path, const dt_model_opts *opts, dt_model **out,
+                             dt_err *err)
+{
+    char *text;
+    size_t len;
+    DT_TRY(dt_file_read_all(path, DT_MAX_MODEL_JSON, &text, &len, err));
+    dt_status st = dt_model_from_json(text, len, opts, out, err);
+    free(text);
+    if (st != DT_OK)
+        dt_err_prefix(err, "%s", path);
+    return st;
+}
+
+void dt_model_free(dt_model *m)
+{
+    if (!m)
+        return;
+    if (m->g.layers)
+        free_buffers(m);
+    dt_nn_free(m->ops, m->params);
+    dt_nn_free(m->ops, m->grads);
+    dt_nn_free(m->ops, m->state);
+    free(m->weights);
+    free(m->g.layers);
+    free(m);
+}
+
+const char *dt_model_name(const dt_model *m)
+{
+    return m->g.name;
+}
+
+bool dt_model_is_sequential(const dt_model *m)
+{
+    return m->g.sequential;
+}
+
+const dt_nn_ops *dt_model_ops(const dt_model *m)
+{
+    return m->ops;
+}
+
+dt_rng *dt_model_rng(dt_model *m)
+{
+    return &m->rng;
+}
+
+size_t dt_model_layer_count(const dt_model *m)
+{
+    return (size_t)m->g.n;
+}
+
+void dt_model_layer_info(const dt_model *m, size_t i, dt_model_layer *out)
+{
+    const dt__nn_layer *l = &m->g.layers[i];
+    memset(out, 0, sizeof *out);
+    out->name = l->name;
+    out->class_name = l->vt->class_name;
+    out->ndim = l->out.rank;
+    for (int d = 0; d < l->out.rank; d++)
+        out->shape[d] = l->out.d[d];
+    for (int j = 0; j < l->n_w; j++) {
+        size_t sz = dt__nn_shape_size(&l->w[j].shape);
+        out->params += sz;
+        if (l->w[j].trainable)
+            out->trainable_params += sz;
+    }
+    out->in_summary = !(m->g.sequential && l->vt == &dt__nn_input_layer);
+    out->n_inbound = l->n_in;
+    for (int j = 0; j < l->n_in && j < 16; j++)
+        out->inbound[j] = m->g.layers[l->in[j]].name;
+}
+
+void dt_model_param_counts(const dt_model *m, size_t *total, size_t *trainable,
+                           size_t *non_trainable)
+{
+    if (total)
+        *total = m->n_params + m->n_state;
+    if (trainable)
+        *trainable = m->n_params;
+    if (non_trainable)
+        *non_trainable = m->n_state;
+}
+
+static int shape_out(const dt_nn_shape *s, int64_t shape[DT_NN_MAX_RANK])
+{
+    for (int d = 0; d < s->rank; d++)
+        shape[d] = s->d[d];
+    return s->rank;
+}
+
+int dt_model_input_shape(const dt_model *m, int64_t shape[DT_NN_MAX_RANK])
+{
+    return shape_out(&m->g.layers[0].out, shape);
+}
+
+int dt_model_output_shape(const dt_model *m, int64_t shape[DT_NN_MAX_RANK])
+{
+    return shape_out(&m->g.layers[m->g.output].out, shape);
+}
+
+size_t dt_model_input_size(const dt_model *m)
+{
+    return dt__nn_shape_size(&m->g.layers[0].out);
+}
+
+size_t dt_model_output_size(const dt_model *m)
+{
+    return dt__nn_shape_size(&m->g.layers[m->g.output].out);
+}
+
+float *dt_model_params(dt_model *m, size_t *n)
+{
+    if (n)
+        *n = m->n_params;
+    return m->params;
+}
+
+float *dt_model_grads(dt_model *m, size_t *n)
+{
+    if (n)
+        *n = m->n_params;
+    return m->grads;
+}
+
+float *dt_model_state(dt_model *m, size_t *n)
+{
+    if (n)
+        *n = m->n_state;
+    return m->state;
+}
+
+size_t dt_model_weight_count(const dt_model *m)
+{
+    return m->n_weights;
+}
+
+const dt_model_weight *dt_model_weight_at(const dt_model *m, size_t i)
+{
+    return i < m->n_weights ? &m->weights[i] : NULL;
+}
+
+const dt_model_weight *dt_model_find_weight(const dt_model *m, const char *name)
+{
+    for (size_t i = 0; i < m->n_weights; i++)
+        if (!strcmp(m->weights[i].name, name))
+            return &m->weights[i];
+    return NULL;
+}
+
+static dt_status weight_for_copy(const dt_model *m, const char *name, size_t n,
+                                 const dt_model_weight **w, dt_err *err)
+{
+    *w = dt_model_find_weight(m, name);
+    if (!*w)
+        return dt_err_set(err, DT_ENOENT, "model '%s' has no weight named '%s'", m->g.name, name);
+    if ((*w)->size != n)
+        return dt_err_set(err, DT_EINVAL, "weight '%s' has %zu values, not %zu", name, (*w)->size,
+                          n);
+    return DT_OK;
+}
+
+dt_status dt_model_set_weight(dt_model *m, const char *name, const float *host, size_t n,
+                              dt_err *err)
+{
+    const dt_model_weight *w;
+    DT_TRY(weight_for_copy(m, name, n, &w, err));
+    m->ops->upload(w->data, host, n * sizeof(float));
+    return DT_OK;
+}
+
+dt_status dt_model_get_weight(const dt_model *m, const char *name, float *host, size_t n,
+                              dt_err *err)
+{
+    const dt_model_weight *w;
+    DT_TRY(weight_for_copy(m, name, n, &w, err));
+    m->ops->download(host, w->data, n * sizeof(float));
+    return DT_OK;
+}
+
+dt_status dt_loss_from_name(const char *name, bool from_logits, dt_loss *out, dt_err *err)
+{
+    static const struct {
+        const char *a, *b, *c;
+        dt_nn_loss_kind kind;
+    } names[] = {
+        {"sparse_categorical_crossentropy", "SparseCategoricalCrossentropy", NULL,
+         DT_NN_LOSS_SPARSE_CE},
+        {"categorical_crossentropy", "CategoricalCrossentropy", NULL, DT_NN_LOSS_CE},
+        {"binary_crossentropy", "BinaryCrossentropy", NULL, DT_NN_LOSS_BCE},
+        {"mean_squared_error", "MeanSquaredError", "mse", DT_NN_LOSS_MSE},
+        {"mean_absolute_error", "MeanAbsoluteError", "mae", DT_NN_LOSS_MAE},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i].a) || !strcmp(name, names[i].b) ||
+            (names[i].c && !strcmp(name, names[i].c))) {
+            out->kind = names[i].kind;
+            out->from_logits = from_logits;
+            return DT_OK;
+        }
+    return dt_err_set(err, DT_ENOTSUP,
+                      "loss \"%s\" is not supported (sparse_categorical_crossentropy, "
+                      "categorical_crossentropy, binary_crossentropy, mean_squared_error, "
+                      "mean_absolute_error)",
+                      name);
+}
+
+/* ---- one step ----------------------------------------------------------------------------------
+ */
+
+static dt__nn_ctx ctx(dt_model *m, int n, bool training)
+{
+    return (dt__nn_ctx){.ops = m->ops,
+                        .layers = m->g.layers,
+                        .n = n,
+                        .training = training,
+                        .rng = &m->rng,
+                        .col = m->col};
+}
+
+static dt_status check_batch(dt_model *m, const dt_batch *b, const dt_loss *loss, dt_err *err)
+{
+    if (!b || b->n < 1 || !b->x)
+        return dt_err_set(err, DT_EINVAL, "model: empty batch");
+    int cols = (int)dt_model_output_size(m);
+    if (loss->kind == DT_NN_LOSS_SPARSE_CE) {
+        if (!b->labels)
+            return dt_err_set(err, DT_EINVAL,
+                              "model: sparse_categorical_crossentropy needs labels");
+        for (int i = 0; i < b->n; i++)
+            if (b->labels[i] < 0 || b->labels[i] >= cols)
+                return dt_err_set(err, DT_EINVAL,
+                                  "model: label %d of sample %d is outside [0, %d) (the output "
+                                  "layer '%s' has %d units)",
+                                  b->labels[i], i, cols, m->g.layers[m->g.output].name, cols);
+    } else if (!b->targets) {
+        return dt_err_set(err, DT_EINVAL, "model: this loss needs targets of %d values per sample",
+                          cols);
+    }
+    return DT_OK;
+}
+
+static void forward(dt_model *m, const float *x, int n, bool training)
+{
+    dt__nn_layer *in = &m->g.layers[0];
+    m->ops->upload(in->y, x, (size_t)n * dt__nn_shape_size(&in->out) * sizeof(float));
+    dt__nn_ctx c = ctx(m, n, training);
+    for (int i = 1; i < m->g.n; i++)
+        m->g.layers[i].vt->forward(&m->g.layers[i], &c);
+}
+
+/* Keras fuses a final softmax (sigmoid) into a cross-entropy given probabilities, computing it
+ * from the logits; so do we. Returns the tensor the loss reads and sets from_logits. */
+static const float *loss_input(dt_model *m, const dt_loss *loss, bool *from_logits)
+{
+    dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
+    o->fused_loss = false;
+    *from_logits = loss->from_logits;
+    if (loss->from_logits || o != &m->g.layers[m->g.output])
+        return o->y;
+    dt_nn_act want = loss->kind == DT_NN_LOSS_BCE ? DT_NN_ACT_SIGMOID : DT_NN_ACT_SOFTMAX;
+    bool ce = loss->kind == DT_NN_LOSS_SPARSE_CE || loss->kind == DT_NN_LOSS_CE ||
+              loss->kind == DT_NN_LOSS_BCE;
+    if (!ce || o->act.kind != want)
+        return o->y;
+    if (has_fused_act(o)) {
+        o->fused_loss = true;
+        *from_logits = true;
+        return o->z;
+    }
+    if (o->vt == &dt__nn_activation || o->vt == &dt__nn_softmax) {
+        o->fused_loss = true;
+        *from_logits = true;
+        return m->g.layers[o->in[0]].y;
+    }
+    return o->y;
+}
+
+static double accuracy(dt_model *m, const dt_loss *loss, const dt_batch *b)
+{
+    int cols = (int)dt_model_output_size(m);
+    dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
+    m->ops->download(m->host_pred, o->y, (size_t)b->n * cols * sizeof(float));
+    const float *p = m->host_pred;
+    double hits = 0;
+    /* Keras's "accuracy": binary for binary_crossentropy or one output unit, sparse categorical
+     * for integer labels, categorical otherwise. */
+    bool binary = loss->kind == DT_NN_LOSS_BCE || cols == 1;
+    for (int i = 0; i < b->n; i++) {
+        const float *r = p + (size_t)i * cols;
+        if (binary) {
+            int ok = 0;
+            for (int j = 0; j < cols; j++) {
+                float t = b->targets ? b->targets[(size_t)i * cols + j] : (float)b->labels[i];
+                ok += (float)(r[j] > 0.5f) == t;
+            }
+            hits += (double)ok / cols;
+            continue;
+        }
+        int am = 0;
+        for (int j = 1; j < cols; j++)
+            am = r[j] > r[am] ? j : am;
+        if (b->labels) {
+            hits += am == b->labels[i];
+        } else {
+            const float *t = b->targets + (size_t)i * cols;
+            int tm = 0;
+            for (int j = 1; j < cols; j++)
+                tm = t[j] > t[tm] ? j : tm;
+            hits += am == tm;
+        }
+    }
+    return hits / b->n;
+}
+
+static double compute_loss(dt_model *m, const dt_loss *loss, const dt_batch *b, float scale)
+{
+    int cols = (int)dt_model_output_size(m);
+    bool from_logits;
+    const float *pred = loss_input(m, loss, &from_logits);
+    if (b->labels && loss->kind == DT_NN_LOSS_SPARSE_CE)
+        m->ops->upload(m->labels, b->labels, (size_t)b->n * sizeof(int32_t));
+    if (b->targets)
+        m->ops->upload(m->targets, b->targets, (size_t)b->n * cols * sizeof(float));
+    dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
+    double sum = 0;
+    m->ops->loss(loss->kind, from_logits, pred, m->labels, b->targets ? m->targets : NULL,
+                 (size_t)b->n, cols, scale, o->dy, &sum);
+    return sum / b->n;
+}
+
+dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_batch *b, int global_batch,
+                              dt_step_stats *stats, dt_err *err)
+{
+    DT_TRY(check_batch(m, b, loss, err));
+    if (global_batch < b->n)
+        return dt_err_set(err, DT_EINVAL, "model: global batch %d is smaller than the batch %d",
+                          global_batch, b->n);
+    DT_TRY(reserve(m, b->n, err));
+    forward(m, b->x, b->n, true);
+    double l = compute_loss(m, loss, b, 1.0f / (float)global_batch);
+
+    /* Backward in reverse topological order. The output's dy was written by the loss; every
+     * other dy is written by its first consumer and added to by the rest. */
+    dt__nn_ctx c = ctx(m, b->n, true);
+    for (int i = 0; i < m->g.n; i++)
+        m->g.layers[i].dy_written = false;
+    root(m, &m->g.layers[m->g.output])->dy_written = true;
+    for (int i = m->g.n - 1; i >= 1; i--) {
+        dt__nn_layer *ly = &m->g.layers[i];
+        if (!ly->alias && !ly->dy_written) { /* feeds nothing that reaches the output */
+            for (int j = 0; j < ly->n_w; j++)
+                if (ly->w[j].grad)
+                    m->ops->fill(dt__nn_shape_size(&ly->w[j].shape), 0.0f, ly->w[j].grad);
+            continue;
+        }
+        ly->vt->backward(ly, &c);
+    }
+
+    /* Regularizers: Keras adds them to the loss; per replica they count n/global_batch. */
+    double reg = 0;
+    for (size_t i = 0; i < m->n_weights; i++) {
+        const dt_model_weight *w = &m->weights[i];
+        const dt__nn_layer *ly = &m->g.layers[w->layer];
+        for (int j = 0; j < ly->n_w; j++)
+            if (ly->w[j].pub == (int)i && w->trainable && (ly->w[j].l1 > 0 || ly->w[j].l2 > 0))
+                reg += m->ops->regularize(w->data, w->grad, w->size, ly->w[j].l1, ly->w[j].l2,
+                                          (float)b->n / (float)global_batch);
+    }
+    if (stats) {
+        stats->loss = l + reg;
+        stats->accuracy = accuracy(m, loss, b);
+    }
+    if (!isfinite(l))
+        return dt_err_set(err, DT_EINVAL,
+                          "model: the loss is not finite (%g); lower the "
+                          "learning rate or check the inputs",
+                          l);
+    return DT_OK;
+}
+
+dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_err *err)
+{
+    if (n < 1 || !x)
+        return dt_err_set(err, DT_EINVAL, "model: empty batch");
+    DT_TRY(reserve(m, n, err));
+    forward(m, x, n, false);
+    dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
+    m->ops->download(out, o->y, (size_t)n * dt_model_output_size(m) * sizeof(float));
+    return DT_OK;
+}
+
+dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_batch *b,
+                            dt_step_stats *stats, dt_err *err)
+{
+    DT_TRY(check_batch(m, b, loss, err));
+    DT_TRY(reserve(m, b->n, err));
+    forward(m, b->x, b->n, false);
+    double l = compute_loss(m, loss, b, 1.0f / (float)b->n);
+    double reg = 0;
+    for (size_t i = 0; i < m->n_weights; i++) {
+        const dt_model_weight *w = &m->weights[i];
+        const dt__nn_layer *ly = &m->g.layers[w->layer];
+        for (int j = 0; j < ly->n_w; j++)
+            if (ly->w[j].pub == (int)i && w->trainable && (ly->w[j].l1 > 0 || ly->w[j].l2 > 0))
+                reg +=
+                    m->ops->regularize(w->data, w->grad, w->size, ly->w[j].l1, ly->w[j].l2, 0.0f);
+    }
+    stats->loss = l + reg;
+    stats->accuracy = accuracy(m, loss, b);
+    return DT_OK;
+}

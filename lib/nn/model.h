@@ -1,0 +1,155 @@
+/*
+ * model.h - a Keras model, built from model.to_json(), trained one batch at a time.
+ *
+ *     dt_model *m;
+ *     dt_model_opts o = {.seed = 42};                         // CPU backend by default
+ *     if (dt_model_from_json(text, len, &o, &m, &err) != DT_OK) ...   // refuses what it can't do
+ *     dt_loss loss = {.kind = DT_NN_LOSS_SPARSE_CE, .from_logits = true};
+ *     dt_batch b = {.x = x, .labels = y, .n = 64};            // x (64, 28, 28, 1), y (64) int32
+ *     dt_step_stats s;
+ *     dt_model_train_step(m, &loss, &b, 64, &s, &err);        // forward, loss, backward
+ *     dt_optim_step(opt, &err);                               // nn/optim.h
+ *
+ * Memory: all trainable parameters live in one flat buffer, their gradients in a second one of
+ * the same layout and the non-trainable state (BatchNormalization's moving statistics) in a
+ * third. Weights are laid out layer by layer in topological order, so the gradients of the last
+ * layers are the tail of the buffer: fusion buckets taken last-layer-first are contiguous slices.
+ * Buffers are device memory of the model's backend (host memory on the CPU).
+ *
+ * Keras rules: layer names, weight names ("<layer>/kernel"), shapes (a Dense kernel is [in, out],
+ * a Conv2D kernel [kh, kw, in, out]), initializers with their defaults, and the summary's output
+ * shapes and parameter counts are Keras's.
+ *
+ * Threads: a model is owned by one thread (the trainer); nothing in it is locked.
+ */
+#ifndef DT_NN_MODEL_H
+#define DT_NN_MODEL_H
+
+#include "core/status.h"
+#include "nn/ops.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dt_model dt_model;
+
+#define DT_NN_NAME_LEN 128 /* layer names and "<layer>/<var>" weight names */
+#define DT_NN_MAX_RANK 4   /* rank of one sample (without the batch axis) */
+
+typedef struct dt_model_opts {
+    uint64_t seed;        /* initializers and dropout masks */
+    const dt_nn_ops *ops; /* NULL: dt_nn_ops_cpu() */
+} dt_model_opts;
+
+/* One weight of the model, as Keras names and shapes it. */
+typedef struct dt_model_weight {
+    char name[DT_NN_NAME_LEN + 32]; /* "conv2d/kernel" */
+    int layer;                      /* index in dt_model_layer */
+    int ndim;
+    int64_t shape[DT_NN_MAX_RANK];
+    size_t size;    /* elements */
+    bool trainable; /* lives in the params buffer (else in the state buffer) */
+    size_t offset;  /* element offset in its flat buffer */
+    float *data;    /* device memory, inside the flat buffer */
+    float *grad;    /* gradient, same offset in the grads buffer; NULL when not trainable */
+} dt_model_weight;
+
+/* One row of the summary. */
+typedef struct dt_model_layer {
+    const char *name;
+    const char *class_name;
+    int ndim; /* output shape without the batch axis */
+    int64_t shape[DT_NN_MAX_RANK];
+    size_t params, trainable_params;
+    bool in_summary; /* Keras lists InputLayer only for Functional models */
+    int n_inbound;
+    const char *inbound[16]; /* names of the layers feeding this one */
+} dt_model_layer;
+
+/* Parses a Keras model.to_json() text (Keras 2 or 3; Sequential, legacy list Sequential or
+ * Functional), validates every layer and option, and builds the model with seeded Keras-default
+ * initial weights. Anything unsupported fails with DT_ENOTSUP and a message naming the layer,
+ * its class and the option; malformed JSON with DT_EINVAL naming the JSON path. *out is owned by
+ * the caller (dt_model_free). */
+dt_status dt_model_from_json(const char *json, size_t len, const dt_model_opts *opts,
+                             dt_model **out, dt_err *err);
+/* The same from a file (at most DT_MAX_MODEL_JSON bytes); errors name the path. */
+dt_status dt_model_from_file(const char *path, const dt_model_opts *opts, dt_model **out,
+                             dt_err *err);
+/* NULL-safe. */
+void dt_model_free(dt_model *m);
+
+const char *dt_model_name(const dt_model *m);
+bool dt_model_is_sequential(const dt_model *m);
+const dt_nn_ops *dt_model_ops(const dt_model *m);
+/* The dropout stream: save and restore it with checkpoints to replay masks. */
+dt_rng *dt_model_rng(dt_model *m);
+
+size_t dt_model_layer_count(const dt_model *m);
+/* Row i of the summary (0 <= i < count); pointers stay valid while the model lives. */
+void dt_model_layer_info(const dt_model *m, size_t i, dt_model_layer *out);
+/* Parameter counts as Keras's summary prints them. */
+void dt_model_param_counts(const dt_model *m, size_t *total, size_t *trainable,
+                           size_t *non_trainable);
+/* Sample shapes (without the batch axis) of the input and of the output. */
+int dt_model_input_shape(const dt_model *m, int64_t shape[DT_NN_MAX_RANK]);
+int dt_model_output_shape(const dt_model *m, int64_t shape[DT_NN_MAX_RANK]);
+size_t dt_model_input_size(const dt_model *m);  /* floats per sample */
+size_t dt_model_output_size(const dt_model *m); /* floats per sample */
+
+/* Flat buffers (device memory) and their element counts. */
+float *dt_model_params(dt_model *m, size_t *n);
+float *dt_model_grads(dt_model *m, size_t *n);
+float *dt_model_state(dt_model *m, size_t *n);
+
+size_t dt_model_weight_count(const dt_model *m);
+const dt_model_weight *dt_model_weight_at(const dt_model *m, size_t i);
+/* NULL when no weight has that name. */
+const dt_model_weight *dt_model_find_weight(const dt_model *m, const char *name);
+/* Copies a weight from / to host memory; n must equal the weight's size (DT_EINVAL otherwise,
+ * naming the weight and both sizes). */
+dt_status dt_model_set_weight(dt_model *m, const char *name, const float *host, size_t n,
+                              dt_err *err);
+dt_status dt_model_get_weight(const dt_model *m, const char *name, float *host, size_t n,
+                              dt_err *err);
+
+/* A loss as Keras's compile() takes it. */
+typedef struct dt_loss {
+    dt_nn_loss_kind kind;
+    bool from_logits;
+} dt_loss;
+
+/* Resolves a Keras loss name ("sparse_categorical_crossentropy", "mse", ...) or class name
+ * ("SparseCategoricalCrossentropy"). */
+dt_status dt_loss_from_name(const char *name, bool from_logits, dt_loss *out, dt_err *err);
+
+/* One batch, host memory. labels for sparse categorical cross-entropy, else targets
+ * (n, output size). */
+typedef struct dt_batch {
+    const float *x;        /* (n, input shape...) */
+    const int32_t *labels; /* (n) */
+    const float *targets;  /* (n, output size) */
+    int n;
+} dt_batch;
+
+typedef struct dt_step_stats {
+    double loss;     /* mean loss over the batch plus the regularization losses */
+    double accuracy; /* "accuracy" as Keras resolves it for this loss and output shape */
+} dt_step_stats;
+
+/* Forward in training mode, loss, backward: fills the grads buffer with the gradient of the
+ * sum of the per-sample losses divided by global_batch (so summing the grads of R replicas with
+ * global_batch = R * n gives Keras's mean), plus n/global_batch of the regularizers' gradient.
+ * Labels outside [0, classes) and batches with n < 1 are DT_EINVAL. */
+dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_batch *b, int global_batch,
+                              dt_step_stats *stats, dt_err *err);
+
+/* Inference forward; writes (n, output size) floats to out (host). */
+dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_err *err);
+
+/* Loss and accuracy of a batch in inference mode, without gradients (evaluate). */
+dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_batch *b,
+                            dt_step_stats *stats, dt_err *err);
+
+#endif

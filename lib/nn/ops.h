@@ -1,0 +1,173 @@
+/*
+ * ops.h - the compute backend of nn: one table of kernels per device.
+ *
+ * Layers, losses and optimizers never touch a float themselves: they call the kernels of a
+ * dt_nn_ops table through the static inline wrappers below (dt_nn_gemm(ops, ...)), so a CUDA
+ * backend plugs in by filling another table; no layer changes. All pointers given to a kernel are
+ * device memory of that backend (host memory for the CPU one), allocated with dt_nn_alloc.
+ *
+ *     const dt_nn_ops *ops = dt_nn_ops_cpu();
+ *     float *c = dt_nn_alloc(ops, m * n * sizeof(float));
+ *     dt_nn_gemm(ops, false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);  // C = A B, row-major
+ *
+ * Layout: float32, row-major, images channels_last (N, H, W, C) as in Keras.
+ * Accumulation: kernels that produce an input gradient take `acc`: false writes, true adds. A
+ * node's gradient is written by its first consumer and accumulated by the others, so no buffer
+ * needs zeroing per step.
+ * Threads: a table is immutable and shareable; kernels on the same buffers must not run
+ * concurrently. The CPU backend runs GEMMs on OpenBLAS's threads.
+ */
+#ifndef DT_NN_OPS_H
+#define DT_NN_OPS_H
+
+#include "core/rng.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Element-wise activations, named as in Keras (keras.activations). */
+typedef enum dt_nn_act {
+    DT_NN_ACT_LINEAR = 0,
+    DT_NN_ACT_RELU,
+    DT_NN_ACT_SIGMOID,
+    DT_NN_ACT_TANH,
+    DT_NN_ACT_SOFTMAX, /* over the last axis (cols) */
+    DT_NN_ACT_ELU,
+    DT_NN_ACT_SELU,
+    DT_NN_ACT_GELU,        /* exact (erf) form, Keras's default approximate=False */
+    DT_NN_ACT_SWISH,       /* = silu */
+    DT_NN_ACT_LEAKY_RELU,  /* alpha = negative slope */
+    DT_NN_ACT_RELU_CAPPED, /* ReLU layer: alpha = negative slope, max_value, threshold */
+} dt_nn_act;
+
+/* Parameters of one activation; only ReLU-family kinds read the numbers. */
+typedef struct dt_nn_act_p {
+    dt_nn_act kind;
+    float alpha;     /* negative slope (LeakyReLU, ReLU layer) */
+    float max_value; /* ReLU layer; <= 0 or INFINITY: none */
+    float threshold; /* ReLU layer */
+} dt_nn_act_p;
+
+/* Geometry of a 2-D convolution or pooling window over (N, H, W, C) input. */
+typedef struct dt_nn_win {
+    int n, h, w, c; /* input */
+    int oh, ow;     /* output spatial size */
+    int kh, kw;     /* window */
+    int sh, sw;     /* strides */
+    int pt, pl;     /* padding before (top, left); bottom/right follow from the sizes */
+} dt_nn_win;
+
+typedef enum dt_nn_pool { DT_NN_POOL_MAX, DT_NN_POOL_AVG } dt_nn_pool;
+
+/* Losses, named as in Keras. */
+typedef enum dt_nn_loss_kind {
+    DT_NN_LOSS_SPARSE_CE,
+    DT_NN_LOSS_CE,
+    DT_NN_LOSS_BCE,
+    DT_NN_LOSS_MSE,
+    DT_NN_LOSS_MAE,
+} dt_nn_loss_kind;
+
+typedef struct dt_nn_ops {
+    const char *name;
+    /* Device memory; alloc returns zeroed memory or NULL. */
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p);
+    /* Copies between host and device (same memory on the CPU). */
+    void (*upload)(void *dst, const void *src, size_t bytes);
+    void (*download)(void *dst, const void *src, size_t bytes);
+
+    /* C(m,n) = alpha op(A) op(B) + beta C, row-major; op(A) is (m,k), op(B) is (k,n). */
+    void (*gemm)(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+                 const float *b, int ldb, float beta, float *c, int ldc);
+
+    /* Conv lowering. col: (n*oh*ow, kh*kw*c) with columns ordered (kh, kw, c) like a Keras
+     * kernel [kh, kw, in, out], so conv = col x kernel. col2im adds col back into dx. */
+    void (*im2col)(const dt_nn_win *g, const float *x, float *col);
+    void (*col2im)(const dt_nn_win *g, const float *col, float *dx, bool acc);
+
+    /* y(rows, cols) += b(cols); db(cols) (+)= column sums of dy(rows, cols). */
+    void (*bias_add)(float *y, const float *b, size_t rows, int cols);
+    void (*bias_grad)(const float *dy, size_t rows, int cols, float *db, bool acc);
+
+    /* y = act(z) over (rows, cols); z and y may alias. act_bwd: dz (=/+=) dy * act'(z) (the
+     * Jacobian product for softmax); it reads z and y (the forward output; z may be NULL when y
+     * aliased it, for the kinds whose derivative follows from y: linear, relu, sigmoid, tanh,
+     * softmax, elu). dz may alias dy when acc is false. */
+    void (*act_fwd)(const dt_nn_act_p *a, const float *z, float *y, size_t rows, int cols);
+    void (*act_bwd)(const dt_nn_act_p *a, const float *z, const float *y, const float *dy,
+                    float *dz, size_t rows, int cols, bool acc);
+
+    /* Pooling over g's windows: y (n, oh, ow, c). Max pooling records the flat input index of
+     * each maximum in arg (same size as y); padded cells never win. Average pooling divides by
+     * the number of valid (unpadded) cells, as Keras's "same" does. */
+    void (*pool_fwd)(dt_nn_pool kind, const dt_nn_win *g, const float *x, float *y, int32_t *arg);
+    void (*pool_bwd)(dt_nn_pool kind, const dt_nn_win *g, const float *dy, const int32_t *arg,
+                     float *dx, bool acc);
+
+    /* Batch normalization over rows (all axes but the channel one), cols channels.
+     * Training: mean/var (biased) of the batch go to smean/svar, xhat is kept for backward and
+     * the moving statistics are updated m = m*momentum + s*(1-momentum). Inference uses the
+     * moving statistics. gamma/beta may be NULL (scale/center off). */
+    void (*bn_fwd)(bool training, const float *x, float *y, float *xhat, size_t rows, int cols,
+                   const float *gamma, const float *beta, float *mmean, float *mvar, float momentum,
+                   float eps, float *smean, float *svar);
+    void (*bn_bwd)(const float *dy, const float *xhat, size_t rows, int cols, const float *gamma,
+                   const float *svar, float eps, float *dx, bool acc, float *dgamma, float *dbeta);
+
+    /* Inverted dropout: mask = (u >= rate) / (1 - rate); y = x * mask. */
+    void (*dropout_fwd)(const float *x, float *y, float *mask, size_t n, float rate, dt_rng *rng);
+
+    /* Small vector ops. axpby: y = a x + b y. mul: y (=/+=) x * m. */
+    void (*axpby)(size_t n, float a, const float *x, float b, float *y);
+    void (*mul)(size_t n, const float *x, const float *m, float *y, bool acc);
+    void (*copy)(size_t n, const float *x, float *y, bool acc);
+    /* Strided block copy: y(rows, cols; row stride ldy) (=/+=) x(rows, cols; row stride ldx). */
+    void (*copy2d)(size_t rows, int cols, const float *x, int ldx, float *y, int ldy, bool acc);
+    void (*fill)(size_t n, float v, float *y);
+
+    /* Loss over a batch of rows (n, cols): pred are logits or probabilities (from_logits), the
+     * target is labels (sparse CE, int32 (n), each in [0, cols)) or values (n, cols). Writes
+     * scale * d(loss_i)/d(pred) into dpred (scale = 1/global batch gives Keras's mean) and
+     * returns the sum over rows of the per-sample losses (Keras's reduction before the mean). */
+    void (*loss)(dt_nn_loss_kind kind, bool from_logits, const float *pred, const int32_t *labels,
+                 const float *values, size_t n, int cols, float scale, float *dpred,
+                 double *loss_sum);
+
+    /* Regularization: returns l1*sum|w| + l2*sum w^2 and adds scale times its gradient to g. */
+    double (*regularize)(const float *w, float *g, size_t n, float l1, float l2, float scale);
+
+    /* Optimizer updates over flat buffers, Keras 3 rules (see optim.c for the scalars). */
+    void (*sgd)(float *w, const float *g, float *m, size_t n, float lr, float momentum,
+                bool nesterov);
+    void (*adam)(float *w, const float *g, float *m, float *v, size_t n, float alpha, float b1,
+                 float b2, float eps);
+    void (*rmsprop)(float *w, const float *g, float *vel, float *mom, float *avg, size_t n,
+                    float lr, float rho, float momentum, float eps);
+} dt_nn_ops;
+
+/* The CPU backend (OpenBLAS GEMM); never NULL. */
+const dt_nn_ops *dt_nn_ops_cpu(void);
+/* The OpenBLAS core and thread count in one line ("OpenBLAS 0.3.21 Haswell, 1 thread"). */
+const char *dt_nn_blas_info(char *buf, size_t n);
+/* Sets OpenBLAS's thread count (<= 0 leaves the machine's setting). */
+void dt_nn_blas_threads(int n);
+
+static inline void *dt_nn_alloc(const dt_nn_ops *o, size_t bytes)
+{
+    return o->alloc(bytes);
+}
+static inline void dt_nn_free(const dt_nn_ops *o, void *p)
+{
+    if (p)
+        o->free(p);
+}
+static inline void dt_nn_gemm(const dt_nn_ops *o, bool ta, bool tb, int m, int n, int k,
+                              float alpha, const float *a, int lda, const float *b, int ldb,
+                              float beta, float *c, int ldc)
+{
+    o->gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+#endif

@@ -1,0 +1,444 @@
+/* ops_cpu.c - the CPU backend: GEMM on OpenBLAS, everything else in plain loops over host memory.
+ * Convolution lowering and pooling live in ops_cpu_conv.c, losses and optimizers in
+ * ops_cpu_train.c; this file holds the table and the element-wise kernels. */
+#include "nn/ops.h"
+#include "nn/ops_cpu.h"
+
+/* The element-wise loops are the time of a step that is not GEMM. GCC's -O2 vectorizes only
+ * loops it needs no runtime checks for; these kernels are written branch-free over restrict
+ * pointers and compiled at O3 so that they vectorize (SSE2 baseline, no -march). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *cpu_alloc(size_t bytes)
+{
+    /* 64-byte alignment: whole cache lines for the GEMM packing and the vector loops. */
+    size_t sz = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, sz ? sz : 64);
+    if (p)
+        memset(p, 0, sz ? sz : 64);
+    return p;
+}
+
+static void cpu_free(void *p)
+{
+    free(p);
+}
+
+static void cpu_memcpy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+static void cpu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void cpu_bias_add(float *y, const float *b, size_t rows, int cols)
+{
+    for (size_t r = 0; r < rows; r++) {
+        float *yr = y + r * (size_t)cols;
+        for (int j = 0; j < cols; j++)
+            yr[j] += b[j];
+    }
+}
+
+/* Column sums in double: a conv bias sums n*oh*ow rows (43k for the tutorial CNN), where float
+ * accumulation loses about 1e-5 relative. Blocks of 256 rows keep the partial sums in cache. */
+static void cpu_bias_grad(const float *dy, size_t rows, int cols, float *db, bool acc)
+{
+    double stack[256], *s = cols <= 256 ? stack : calloc((size_t)cols, sizeof(double));
+    if (!s)
+        abort(); /* cols * 8 bytes; a broken invariant rather than input */
+    memset(s, 0, sizeof(double) * (size_t)cols);
+    for (size_t r = 0; r < rows; r++) {
+        const float *d = dy + r * (size_t)cols;
+        for (int j = 0; j < cols; j++)
+            s[j] += d[j];
+    }
+    for (int j = 0; j < cols; j++)
+        db[j] = acc ? db[j] + (float)s[j] : (float)s[j];
+    if (s != stack)
+        free(s);
+}
+
+#define SELU_ALPHA 1.6732632423543772848170429916717
+#define SELU_SCALE 1.0507009873554804934193349852946
+
+static float sigmoidf(float z)
+{
+    return z >= 0 ? 1.0f / (1.0f + expf(-z)) : expf(z) / (1.0f + expf(z));
+}
+
+/* Keras's ReLU layer: x above threshold (capped at max_value), minus slope * (threshold - x)
+ * below it (keras.activations.relu). */
+static float relu_layer(const dt_nn_act_p *a, float x)
+{
+    float y = x > a->threshold ? x : 0.0f;
+    if (a->max_value > 0 && isfinite(a->max_value) && y > a->max_value)
+        y = a->max_value;
+    if (a->alpha != 0 && x < a->threshold)
+        y -= a->alpha * (a->threshold - x);
+    return y;
+}
+
+static float relu_layer_grad(const dt_nn_act_p *a, float x)
+{
+    float g = 0.0f;
+    if (x > a->threshold && !(a->max_value > 0 && isfinite(a->max_value) && x >= a->max_value))
+        g = 1.0f;
+    if (a->alpha != 0 && x < a->threshold)
+        g += a->alpha;
+    return g;
+}
+
+static void softmax_rows(const float *z, float *y, size_t rows, int cols)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *zr = z + r * (size_t)cols;
+        float *yr = y + r * (size_t)cols;
+        float mx = zr[0];
+        for (int j = 1; j < cols; j++)
+            mx = zr[j] > mx ? zr[j] : mx;
+        double s = 0;
+        for (int j = 0; j < cols; j++) {
+            yr[j] = expf(zr[j] - mx);
+            s += yr[j];
+        }
+        float inv = (float)(1.0 / s);
+        for (int j = 0; j < cols; j++)
+            yr[j] *= inv;
+    }
+}
+
+static void relu_fwd(const float *z, float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = z[i] > 0 ? z[i] : 0.0f;
+}
+
+/* 4-wide vectors of GCC/clang (SSE2 at least on x86-64, NEON on arm64): the compiler does not
+ * vectorize these loops at -O2 by itself. */
+typedef float dt_v4f __attribute__((vector_size(16)));
+typedef int32_t dt_v4i __attribute__((vector_size(16)));
+
+static void relu_bwd(const float *y, const float *dy, float *dz, size_t n, bool acc)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        dt_v4f yv, dv, ov;
+        memcpy(&yv, y + i, 16);
+        memcpy(&dv, dy + i, 16);
+        dt_v4i keep = yv > (dt_v4f){0, 0, 0, 0}; /* all ones where y > 0 */
+        dt_v4f g = (dt_v4f)((dt_v4i)dv & keep);
+        if (acc) {
+            memcpy(&ov, dz + i, 16);
+            g += ov;
+        }
+        memcpy(dz + i, &g, 16);
+    }
+    for (; i < n; i++) {
+        float g = y[i] > 0 ? dy[i] : 0.0f;
+        dz[i] = acc ? dz[i] + g : g;
+    }
+}
+
+static void cpu_act_fwd(const dt_nn_act_p *a, const float *z, float *y, size_t rows, int cols)
+{
+    size_t n = rows * (size_t)cols;
+    switch (a->kind) {
+    case DT_NN_ACT_LINEAR:
+        if (y != z)
+            memcpy(y, z, n * sizeof(float));
+        break;
+    case DT_NN_ACT_RELU:
+        relu_fwd(z, y, n);
+        break;
+    case DT_NN_ACT_SIGMOID:
+        for (size_t i = 0; i < n; i++)
+            y[i] = sigmoidf(z[i]);
+        break;
+    case DT_NN_ACT_TANH:
+        for (size_t i = 0; i < n; i++)
+            y[i] = tanhf(z[i]);
+        break;
+    case DT_NN_ACT_SOFTMAX:
+        softmax_rows(z, y, rows, cols);
+        break;
+    case DT_NN_ACT_ELU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = z[i] > 0 ? z[i] : expm1f(z[i]);
+        break;
+    case DT_NN_ACT_SELU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = (float)(SELU_SCALE * (z[i] > 0 ? z[i] : SELU_ALPHA * expm1(z[i])));
+        break;
+    case DT_NN_ACT_GELU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = (float)(0.5 * z[i] * (1.0 + erf(z[i] * M_SQRT1_2)));
+        break;
+    case DT_NN_ACT_SWISH:
+        for (size_t i = 0; i < n; i++)
+            y[i] = z[i] * sigmoidf(z[i]);
+        break;
+    case DT_NN_ACT_LEAKY_RELU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = z[i] >= 0 ? z[i] : a->alpha * z[i];
+        break;
+    case DT_NN_ACT_RELU_CAPPED:
+        for (size_t i = 0; i < n; i++)
+            y[i] = relu_layer(a, z[i]);
+        break;
+    }
+}
+
+static void cpu_act_bwd(const dt_nn_act_p *a, const float *z, const float *y, const float *dy,
+                        float *dz, size_t rows, int cols, bool acc)
+{
+    size_t n = rows * (size_t)cols;
+    /* Write or add; never `0 * dz[i]`, which would keep a NaN of stale memory. */
+#define PUT(i, v)                                                                                  \
+    do {                                                                                           \
+        float v_ = (v);                                                                            \
+        dz[i] = acc ? dz[i] + v_ : v_;                                                             \
+    } while (0)
+    switch (a->kind) {
+    case DT_NN_ACT_LINEAR:
+        for (size_t i = 0; i < n; i++)
+            PUT(i, dy[i]);
+        break;
+    case DT_NN_ACT_RELU:
+        relu_bwd(y, dy, dz, n, acc);
+        break;
+    case DT_NN_ACT_SIGMOID:
+        for (size_t i = 0; i < n; i++)
+            PUT(i, dy[i] * y[i] * (1.0f - y[i]));
+        break;
+    case DT_NN_ACT_TANH:
+        for (size_t i = 0; i < n; i++)
+            PUT(i, dy[i] * (1.0f - y[i] * y[i]));
+        break;
+    case DT_NN_ACT_SOFTMAX:
+        for (size_t r = 0; r < rows; r++) {
+            const float *yr = y + r * (size_t)cols, *dr = dy + r * (size_t)cols;
+            double s = 0;
+            for (int j = 0; j < cols; j++)
+                s += (double)dr[j] * yr[j];
+            for (int j = 0; j < cols; j++)
+                PUT(r * (size_t)cols + j, yr[j] * (dr[j] - (float)s));
+        }
+        break;
+    case DT_NN_ACT_ELU:
+        for (size_t i = 0; i < n; i++)
+            PUT(i, y[i] > 0 ? dy[i] : dy[i] * (y[i] + 1.0f));
+        break;
+    case DT_NN_ACT_SELU:
+        for (size_t i = 0; i < n; i++)
+            PUT(i, dy[i] * (float)(z[i] > 0 ? SELU_SCALE : SELU_SCALE * SELU_ALPHA * exp(z[i])));
+        break;
+    case DT_NN_ACT_GELU:
+        for (size_t i = 0; i < n; i++) {
+            double x = z[i];
+            double g =
+                0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+            PUT(i, dy[i] * (float)g);
+        }
+        break;
+    case DT_NN_ACT_SWISH:
+        for (size_t i = 0; i < n; i++) {
+            float s = sigmoidf(z[i]);
+            PUT(i, dy[i] * (s + z[i] * s * (1.0f - s)));
+        }
+        break;
+    case DT_NN_ACT_LEAKY_RELU:
+        for (size_t i = 0; i < n; i++)
+            PUT(i, z[i] >= 0 ? dy[i] : a->alpha * dy[i]);
+        break;
+    case DT_NN_ACT_RELU_CAPPED:
+        for (size_t i = 0; i < n; i++)
+            PUT(i, dy[i] * relu_layer_grad(a, z[i]));
+        break;
+    }
+#undef PUT
+}
+
+static void cpu_bn_fwd(bool training, const float *x, float *y, float *xhat, size_t rows, int cols,
+                       const float *gamma, const float *beta, float *mmean, float *mvar,
+                       float momentum, float eps, float *smean, float *svar)
+{
+    if (!training) {
+        for (size_t r = 0; r < rows; r++)
+            for (int j = 0; j < cols; j++) {
+                size_t i = r * (size_t)cols + j;
+                float h = (x[i] - mmean[j]) / sqrtf(mvar[j] + eps);
+                y[i] = (gamma ? gamma[j] : 1.0f) * h + (beta ? beta[j] : 0.0f);
+            }
+        return;
+    }
+    double *acc = calloc(2 * (size_t)cols, sizeof(double));
+    if (!acc) /* a few KiB; treat as the broken invariant it is */
+        abort();
+    for (size_t r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++)
+            acc[j] += x[r * (size_t)cols + j];
+    for (int j = 0; j < cols; j++)
+        smean[j] = (float)(acc[j] / (double)rows);
+    for (size_t r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) {
+            double d = x[r * (size_t)cols + j] - smean[j];
+            acc[cols + j] += d * d;
+        }
+    for (int j = 0; j < cols; j++)
+        svar[j] = (float)(acc[cols + j] / (double)rows);
+    free(acc);
+    for (size_t r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) {
+            size_t i = r * (size_t)cols + j;
+            float h = (x[i] - smean[j]) / sqrtf(svar[j] + eps);
+            xhat[i] = h;
+            y[i] = (gamma ? gamma[j] : 1.0f) * h + (beta ? beta[j] : 0.0f);
+        }
+    for (int j = 0; j < cols; j++) {
+        mmean[j] = mmean[j] * momentum + smean[j] * (1.0f - momentum);
+        mvar[j] = mvar[j] * momentum + svar[j] * (1.0f - momentum);
+    }
+}
+
+static void cpu_bn_bwd(const float *dy, const float *xhat, size_t rows, int cols,
+                       const float *gamma, const float *svar, float eps, float *dx, bool acc,
+                       float *dgamma, float *dbeta)
+{
+    double *s = calloc(2 * (size_t)cols, sizeof(double)); /* sum dy, sum dy*xhat */
+    if (!s)
+        abort();
+    for (size_t r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) {
+            size_t i = r * (size_t)cols + j;
+            s[j] += dy[i];
+            s[cols + j] += (double)dy[i] * xhat[i];
+        }
+    if (dgamma)
+        for (int j = 0; j < cols; j++)
+            dgamma[j] += (float)s[cols + j];
+    if (dbeta)
+        for (int j = 0; j < cols; j++)
+            dbeta[j] += (float)s[j];
+    if (dx) {
+        for (size_t r = 0; r < rows; r++)
+            for (int j = 0; j < cols; j++) {
+                size_t i = r * (size_t)cols + j;
+                float k = (gamma ? gamma[j] : 1.0f) / sqrtf(svar[j] + eps);
+                float v = k * (dy[i] - (float)(s[j] / (double)rows) -
+                               xhat[i] * (float)(s[cols + j] / (double)rows));
+                dx[i] = acc ? dx[i] + v : v;
+            }
+    }
+    free(s);
+}
+
+static void cpu_dropout_fwd(const float *x, float *y, float *mask, size_t n, float rate,
+                            dt_rng *rng)
+{
+    float keep = 1.0f / (1.0f - rate);
+    for (size_t i = 0; i < n; i++) {
+        mask[i] = dt_rng_uniform(rng) >= rate ? keep : 0.0f;
+        y[i] = x[i] * mask[i];
+    }
+}
+
+static void cpu_axpby(size_t n, float a, const float *x, float b, float *y)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = a * x[i] + b * y[i];
+}
+
+static void cpu_mul(size_t n, const float *x, const float *m, float *y, bool acc)
+{
+    if (acc)
+        for (size_t i = 0; i < n; i++)
+            y[i] += x[i] * m[i];
+    else
+        for (size_t i = 0; i < n; i++)
+            y[i] = x[i] * m[i];
+}
+
+static void cpu_copy(size_t n, const float *x, float *y, bool acc)
+{
+    if (acc)
+        for (size_t i = 0; i < n; i++)
+            y[i] += x[i];
+    else if (x != y)
+        memcpy(y, x, n * sizeof(float));
+}
+
+static void cpu_copy2d(size_t rows, int cols, const float *x, int ldx, float *y, int ldy, bool acc)
+{
+    for (size_t r = 0; r < rows; r++)
+        cpu_copy((size_t)cols, x + r * (size_t)ldx, y + r * (size_t)ldy, acc);
+}
+
+static void cpu_fill(size_t n, float v, float *y)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = v;
+}
+
+static const dt_nn_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .gemm = cpu_gemm,
+    .im2col = dt__nn_cpu_im2col,
+    .col2im = dt__nn_cpu_col2im,
+    .bias_add = cpu_bias_add,
+    .bias_grad = cpu_bias_grad,
+    .act_fwd = cpu_act_fwd,
+    .act_bwd = cpu_act_bwd,
+    .pool_fwd = dt__nn_cpu_pool_fwd,
+    .pool_bwd = dt__nn_cpu_pool_bwd,
+    .bn_fwd = cpu_bn_fwd,
+    .bn_bwd = cpu_bn_bwd,
+    .dropout_fwd = cpu_dropout_fwd,
+    .axpby = cpu_axpby,
+    .mul = cpu_mul,
+    .copy = cpu_copy,
+    .copy2d = cpu_copy2d,
+    .fill = cpu_fill,
+    .loss = dt__nn_cpu_loss,
+    .regularize = dt__nn_cpu_regularize,
+    .sgd = dt__nn_cpu_sgd,
+    .adam = dt__nn_cpu_adam,
+    .rmsprop = dt__nn_cpu_rmsprop,
+};
+
+const dt_nn_ops *dt_nn_ops_cpu(void)
+{
+    return &cpu_ops;
+}
+
+const char *dt_nn_blas_info(char *buf, size_t n)
+{
+    snprintf(buf, n, "OpenBLAS %s, core %s, %d thread%s", openblas_get_config(),
+             openblas_get_corename(), openblas_get_num_threads(),
+             openblas_get_num_threads() == 1 ? "" : "s");
+    return buf;
+}
+
+void dt_nn_blas_threads(int n)
+{
+    if (n > 0)
+        openblas_set_num_threads(n);
+}

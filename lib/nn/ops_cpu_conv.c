@@ -1,0 +1,229 @@
+/* ops_cpu_conv.c - CPU convolution lowering (im2col / col2im) and pooling over NHWC tensors. */
+#include "nn/ops_cpu.h"
+
+/* The element-wise loops are the time of a step that is not GEMM. GCC's -O2 vectorizes only
+ * loops it needs no runtime checks for; these kernels are written branch-free over restrict
+ * pointers and compiled at O3 so that they vectorize (SSE2 baseline, no -march). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
+#include <math.h>
+#include <string.h>
+
+/* x (n, h, w, c) -> col (n*oh*ow, kh*kw*c); cells in the padding are zeros. */
+void dt__nn_cpu_im2col(const dt_nn_win *g, const float *x, float *col)
+{
+    size_t rowlen = (size_t)g->kh * g->kw * g->c;
+    size_t cb = (size_t)g->c * sizeof(float);
+    for (int n = 0; n < g->n; n++)
+        for (int oy = 0; oy < g->oh; oy++)
+            for (int ox = 0; ox < g->ow; ox++) {
+                float *row = col + (((size_t)n * g->oh + oy) * g->ow + ox) * rowlen;
+                for (int ky = 0; ky < g->kh; ky++) {
+                    int iy = oy * g->sh - g->pt + ky;
+                    float *dst = row + (size_t)ky * g->kw * g->c;
+                    if (iy < 0 || iy >= g->h) {
+                        memset(dst, 0, cb * g->kw);
+                        continue;
+                    }
+                    const float *xr = x + ((size_t)n * g->h + iy) * g->w * g->c;
+                    int ix0 = ox * g->sw - g->pl;
+                    if (ix0 >= 0 && ix0 + g->kw <= g->w) { /* the whole row is inside */
+                        memcpy(dst, xr + (size_t)ix0 * g->c, cb * g->kw);
+                        continue;
+                    }
+                    for (int kx = 0; kx < g->kw; kx++) {
+                        int ix = ix0 + kx;
+                        if (ix < 0 || ix >= g->w)
+                            memset(dst + (size_t)kx * g->c, 0, cb);
+                        else
+                            memcpy(dst + (size_t)kx * g->c, xr + (size_t)ix * g->c, cb);
+                    }
+                }
+            }
+}
+
+/* The adjoint of im2col: every col cell is added back to the input cell it was copied from. */
+void dt__nn_cpu_col2im(const dt_nn_win *g, const float *col, float *dx, bool acc)
+{
+    if (!acc)
+        memset(dx, 0, (size_t)g->n * g->h * g->w * g->c * sizeof(float));
+    size_t rowlen = (size_t)g->kh * g->kw * g->c;
+    for (int n = 0; n < g->n; n++)
+        for (int oy = 0; oy < g->oh; oy++)
+            for (int ox = 0; ox < g->ow; ox++) {
+                const float *row = col + (((size_t)n * g->oh + oy) * g->ow + ox) * rowlen;
+                for (int ky = 0; ky < g->kh; ky++) {
+                    int iy = oy * g->sh - g->pt + ky;
+                    if (iy < 0 || iy >= g->h)
+                        continue;
+                    for (int kx = 0; kx < g->kw; kx++) {
+                        int ix = ox * g->sw - g->pl + kx;
+                        if (ix < 0 || ix >= g->w)
+                            continue;
+                        float *d = dx + (((size_t)n * g->h + iy) * g->w + ix) * g->c;
+                        const float *s = row + ((size_t)ky * g->kw + kx) * g->c;
+                        for (int ch = 0; ch < g->c; ch++)
+                            d[ch] += s[ch];
+                    }
+                }
+            }
+}
+
+/* Number of window cells inside the input (the divisor of average pooling). */
+static int window_count(const dt_nn_win *g, int oy, int ox)
+{
+    int y0 = oy * g->sh - g->pt, x0 = ox * g->sw - g->pl;
+    int y1 = y0 + g->kh, x1 = x0 + g->kw;
+    y0 = y0 < 0 ? 0 : y0;
+    x0 = x0 < 0 ? 0 : x0;
+    y1 = y1 > g->h ? g->h : y1;
+    x1 = x1 > g->w ? g->w : x1;
+    return (y1 - y0) * (x1 - x0);
+}
+
+/* y = max(y, x) with the index of the winner; branch-free so it vectorizes (on random data
+ * the branchy form mispredicts half the time). Ties keep the earlier cell, as TF and torch. */
+typedef float dt_v4f __attribute__((vector_size(16)));
+typedef int32_t dt_v4i __attribute__((vector_size(16)));
+
+static void max_into(const float *x, float *y, int32_t *arg, int32_t base, int c)
+{
+    int ch = 0;
+    for (; ch + 4 <= c; ch += 4) {
+        dt_v4f xv, yv;
+        dt_v4i av;
+        memcpy(&xv, x + ch, 16);
+        memcpy(&yv, y + ch, 16);
+        memcpy(&av, arg + ch, 16);
+        dt_v4i gt = xv > yv; /* all ones where x wins; ties keep y */
+        dt_v4i idx = (dt_v4i){0, 1, 2, 3} + (base + ch);
+        dt_v4i ny = ((dt_v4i)xv & gt) | ((dt_v4i)yv & ~gt);
+        av = (idx & gt) | (av & ~gt);
+        memcpy(y + ch, &ny, 16);
+        memcpy(arg + ch, &av, 16);
+    }
+    for (; ch < c; ch++) {
+        if (x[ch] > y[ch]) {
+            y[ch] = x[ch];
+            arg[ch] = base + ch;
+        }
+    }
+}
+
+void dt__nn_cpu_pool_fwd(dt_nn_pool kind, const dt_nn_win *g, const float *x, float *y,
+                         int32_t *arg)
+{
+    int c = g->c;
+    for (int n = 0; n < g->n; n++)
+        for (int oy = 0; oy < g->oh; oy++)
+            for (int ox = 0; ox < g->ow; ox++) {
+                size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                float *yp = y + o;
+                int32_t *ap = arg ? arg + o : NULL;
+                bool first = true;
+                if (kind == DT_NN_POOL_AVG)
+                    memset(yp, 0, (size_t)c * sizeof(float));
+                for (int ky = 0; ky < g->kh; ky++) {
+                    int iy = oy * g->sh - g->pt + ky;
+                    if (iy < 0 || iy >= g->h)
+                        continue;
+                    for (int kx = 0; kx < g->kw; kx++) {
+                        int ix = ox * g->sw - g->pl + kx;
+                        if (ix < 0 || ix >= g->w)
+                            continue;
+                        size_t base = (((size_t)n * g->h + iy) * g->w + ix) * c;
+                        const float *xp = x + base;
+                        if (kind == DT_NN_POOL_AVG) {
+                            for (int ch = 0; ch < c; ch++)
+                                yp[ch] += xp[ch];
+                        } else if (first) {
+                            for (int ch = 0; ch < c; ch++) {
+                                yp[ch] = xp[ch];
+                                ap[ch] = (int32_t)(base + ch);
+                            }
+                            first = false;
+                        } else {
+                            max_into(xp, yp, ap, (int32_t)base, c);
+                        }
+                    }
+                }
+                if (kind == DT_NN_POOL_AVG) {
+                    float inv = 1.0f / (float)window_count(g, oy, ox);
+                    for (int ch = 0; ch < c; ch++)
+                        yp[ch] *= inv;
+                }
+            }
+}
+
+/* Max-pool backward when the windows tile the input (stride = pool size, no padding, the
+ * common case): one sequential pass writes every input cell, the pooled gradient where the cell
+ * won and zero elsewhere, instead of clearing dx and scattering into it. */
+static void tiled_max_bwd(const dt_nn_win *g, const float *dy, const int32_t *arg, float *dx)
+{
+    int c = g->c;
+    for (int n = 0; n < g->n; n++)
+        for (int iy = 0; iy < g->h; iy++)
+            for (int ix = 0; ix < g->w; ix++) {
+                size_t cell = (((size_t)n * g->h + iy) * g->w + ix) * c;
+                float *d = dx + cell;
+                int oy = iy / g->kh, ox = ix / g->kw;
+                if (oy >= g->oh || ox >= g->ow) { /* rows and columns no window covers */
+                    memset(d, 0, (size_t)c * sizeof(float));
+                    continue;
+                }
+                size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                const float *dp = dy + o;
+                const int32_t *ap = arg + o;
+                int ch = 0;
+                for (; ch + 4 <= c; ch += 4) {
+                    dt_v4i av, idx = (dt_v4i){0, 1, 2, 3} + (int32_t)(cell + ch);
+                    dt_v4f dv;
+                    memcpy(&av, ap + ch, 16);
+                    memcpy(&dv, dp + ch, 16);
+                    dt_v4i r = (dt_v4i)dv & (av == idx);
+                    memcpy(d + ch, &r, 16);
+                }
+                for (; ch < c; ch++)
+                    d[ch] = ap[ch] == (int32_t)(cell + ch) ? dp[ch] : 0.0f;
+            }
+}
+
+void dt__nn_cpu_pool_bwd(dt_nn_pool kind, const dt_nn_win *g, const float *dy, const int32_t *arg,
+                         float *dx, bool acc)
+{
+    int c = g->c;
+    size_t ny = (size_t)g->n * g->oh * g->ow * c;
+    if (kind == DT_NN_POOL_MAX && !acc && g->sh == g->kh && g->sw == g->kw && g->pt == 0 &&
+        g->pl == 0) {
+        tiled_max_bwd(g, dy, arg, dx);
+        return;
+    }
+    if (!acc)
+        memset(dx, 0, (size_t)g->n * g->h * g->w * c * sizeof(float));
+    if (kind == DT_NN_POOL_MAX) {
+        for (size_t i = 0; i < ny; i++)
+            dx[arg[i]] += dy[i];
+        return;
+    }
+    for (int n = 0; n < g->n; n++)
+        for (int oy = 0; oy < g->oh; oy++)
+            for (int ox = 0; ox < g->ow; ox++) {
+                const float *dp = dy + (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                float inv = 1.0f / (float)window_count(g, oy, ox);
+                for (int ky = 0; ky < g->kh; ky++) {
+                    int iy = oy * g->sh - g->pt + ky;
+                    if (iy < 0 || iy >= g->h)
+                        continue;
+                    for (int kx = 0; kx < g->kw; kx++) {
+                        int ix = ox * g->sw - g->pl + kx;
+                        if (ix < 0 || ix >= g->w)
+                            continue;
+                        float *d = dx + (((size_t)n * g->h + iy) * g->w + ix) * c;
+                        for (int ch = 0; ch < c; ch++)
+                            d[ch] += dp[ch] * inv;
+                    }
+                }
+            }
+}

@@ -1,0 +1,168 @@
+/* ops_cpu_train.c - CPU losses, regularizers and optimizer updates (Keras 3 formulas). */
+#include "nn/ops_cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Keras's backend.epsilon(): probabilities are clipped to [EPS, 1 - EPS] before a log. */
+#define KERAS_EPS 1e-7
+
+/* Categorical cross-entropy of one row, target t given densely or as one label. */
+static double ce_row(bool from_logits, const float *p, const float *t, int label, int cols,
+                     float scale, float *d)
+{
+    double loss = 0;
+    if (from_logits) {
+        /* Fused softmax + cross-entropy: loss = sum_j t_j (lse - z_j), d = softmax * sum t - t. */
+        double mx = p[0];
+        for (int j = 1; j < cols; j++)
+            mx = p[j] > mx ? p[j] : mx;
+        double s = 0;
+        for (int j = 0; j < cols; j++)
+            s += exp(p[j] - mx);
+        double lse = mx + log(s), tsum = 0;
+        for (int j = 0; j < cols; j++) {
+            double tj = t ? t[j] : (j == label);
+            tsum += tj;
+            loss += tj * (lse - p[j]);
+        }
+        for (int j = 0; j < cols; j++) {
+            double tj = t ? t[j] : (j == label);
+            d[j] = (float)(scale * (exp(p[j] - lse) * tsum - tj));
+        }
+        return loss;
+    }
+    /* Probabilities: Keras renormalises the row, clips and takes the log. */
+    double s = 0, gq = 0;
+    for (int j = 0; j < cols; j++)
+        s += p[j];
+    if (s <= 0)
+        s = KERAS_EPS;
+    for (int j = 0; j < cols; j++) {
+        double tj = t ? t[j] : (j == label);
+        double q = p[j] / s,
+               qc = q < KERAS_EPS ? KERAS_EPS : (q > 1 - KERAS_EPS ? 1 - KERAS_EPS : q);
+        loss -= tj * log(qc);
+        double g = (q > KERAS_EPS && q < 1 - KERAS_EPS) ? -tj / q : 0.0;
+        d[j] = (float)g; /* dL/dq, turned into dL/dp below */
+        gq += g * q;
+    }
+    for (int j = 0; j < cols; j++)
+        d[j] = (float)(scale * ((d[j] - gq) / s));
+    return loss;
+}
+
+void dt__nn_cpu_loss(dt_nn_loss_kind kind, bool from_logits, const float *pred,
+                     const int32_t *labels, const float *values, size_t n, int cols, float scale,
+                     float *dpred, double *loss_sum)
+{
+    double total = 0;
+    for (size_t r = 0; r < n; r++) {
+        const float *p = pred + r * (size_t)cols;
+        const float *t = values ? values + r * (size_t)cols : NULL;
+        float *d = dpred + r * (size_t)cols;
+        double l = 0;
+        switch (kind) {
+        case DT_NN_LOSS_SPARSE_CE:
+            l = ce_row(from_logits, p, NULL, labels[r], cols, scale, d);
+            break;
+        case DT_NN_LOSS_CE:
+            l = ce_row(from_logits, p, t, -1, cols, scale, d);
+            break;
+        case DT_NN_LOSS_BCE: /* element-wise, then the mean over the last axis */
+            for (int j = 0; j < cols; j++) {
+                double z = p[j], tj = t[j], g;
+                if (from_logits) {
+                    l += (z > 0 ? z : 0) - z * tj + log1p(exp(-fabs(z)));
+                    g = 1.0 / (1.0 + exp(-z)) - tj;
+                } else {
+                    double q = z < KERAS_EPS ? KERAS_EPS : (z > 1 - KERAS_EPS ? 1 - KERAS_EPS : z);
+                    l -= tj * log(q) + (1 - tj) * log(1 - q);
+                    g = (z > KERAS_EPS && z < 1 - KERAS_EPS) ? (q - tj) / (q * (1 - q)) : 0.0;
+                }
+                d[j] = (float)(scale * g / cols);
+            }
+            l /= cols;
+            break;
+        case DT_NN_LOSS_MSE:
+            for (int j = 0; j < cols; j++) {
+                double e = (double)p[j] - t[j];
+                l += e * e;
+                d[j] = (float)(scale * 2.0 * e / cols);
+            }
+            l /= cols;
+            break;
+        case DT_NN_LOSS_MAE:
+            for (int j = 0; j < cols; j++) {
+                double e = (double)p[j] - t[j];
+                l += fabs(e);
+                d[j] = (float)(scale * (e > 0 ? 1.0 : (e < 0 ? -1.0 : 0.0)) / cols);
+            }
+            l /= cols;
+            break;
+        }
+        total += l;
+    }
+    *loss_sum = total;
+}
+
+double dt__nn_cpu_regularize(const float *w, float *g, size_t n, float l1, float l2, float scale)
+{
+    double s1 = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        s1 += fabsf(w[i]);
+        s2 += (double)w[i] * w[i];
+        g[i] += scale * (l1 * (w[i] > 0 ? 1.0f : (w[i] < 0 ? -1.0f : 0.0f)) + 2.0f * l2 * w[i]);
+    }
+    return l1 * s1 + l2 * s2;
+}
+
+/* keras.optimizers.SGD: m = momentum m - lr g; w += nesterov ? momentum m - lr g : m. */
+void dt__nn_cpu_sgd(float *w, const float *g, float *m, size_t n, float lr, float momentum,
+                    bool nesterov)
+{
+    if (momentum == 0) {
+        for (size_t i = 0; i < n; i++)
+            w[i] -= lr * g[i];
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        m[i] = momentum * m[i] - lr * g[i];
+        w[i] += nesterov ? momentum * m[i] - lr * g[i] : m[i];
+    }
+}
+
+/* keras.optimizers.Adam: m += (g - m)(1 - b1); v += (g^2 - v)(1 - b2);
+ * w -= alpha m / (sqrt(v) + eps), alpha = lr sqrt(1 - b2^t) / (1 - b1^t) computed by the caller. */
+void dt__nn_cpu_adam(float *w, const float *g, float *m, float *v, size_t n, float alpha, float b1,
+                     float b2, float eps)
+{
+    for (size_t i = 0; i < n; i++) {
+        m[i] += (g[i] - m[i]) * (1.0f - b1);
+        v[i] += (g[i] * g[i] - v[i]) * (1.0f - b2);
+        w[i] -= alpha * m[i] / (sqrtf(v[i]) + eps);
+    }
+}
+
+/* keras.optimizers.RMSprop: vel = rho vel + (1 - rho) g^2; centered: avg = rho avg + (1-rho) g,
+ * den = vel - avg^2 + eps, else den = vel + eps; inc = lr g / sqrt(den);
+ * with momentum: mom = momentum mom + inc, w -= mom; else w -= inc. avg NULL: not centered. */
+void dt__nn_cpu_rmsprop(float *w, const float *g, float *vel, float *mom, float *avg, size_t n,
+                        float lr, float rho, float momentum, float eps)
+{
+    for (size_t i = 0; i < n; i++) {
+        vel[i] = rho * vel[i] + (1.0f - rho) * g[i] * g[i];
+        float den = vel[i] + eps;
+        if (avg) {
+            avg[i] = rho * avg[i] + (1.0f - rho) * g[i];
+            den = vel[i] - avg[i] * avg[i] + eps;
+        }
+        float inc = lr * g[i] / sqrtf(den);
+        if (momentum > 0) {
+            mom[i] = momentum * mom[i] + inc;
+            w[i] -= mom[i];
+        } else {
+            w[i] -= inc;
+        }
+    }
+}
