@@ -7,25 +7,25 @@
 #ifndef DT_CORE_LIMITS_H
 #define DT_CORE_LIMITS_H
 
-#define DT_MAX_TFCONFIG        (1u << 20)   /* TF_CONFIG JSON text */
-#define DT_MAX_CLUSTER_TASKS   1024         /* tasks in one cluster */
-#define DT_MAX_ADDRESS         256          /* "host:port" */
-#define DT_MAX_JOBSPEC         (4u << 20)   /* job spec JSON */
-#define DT_MAX_MODEL_JSON      (16u << 20)  /* Keras model JSON */
-#define DT_MAX_RPC_MSG         (64u << 20)  /* one control-plane gRPC message */
-#define DT_MAX_TOKEN           4096         /* token file */
-#define DT_MAX_TFRECORD        (256u << 20) /* one TFRecord record */
-#define DT_MAX_IDX_DIMS        8            /* IDX rank */
-#define DT_MAX_CSV_LINE        (1u << 20)   /* one CSV line */
-#define DT_MAX_SAFETENSORS_HDR (100u << 20) /* safetensors JSON header */
+#define DT_MAX_TFCONFIG         (1u << 20)    /* TF_CONFIG JSON text */
+#define DT_MAX_CLUSTER_TASKS    1024          /* tasks in one cluster */
+#define DT_MAX_ADDRESS          256           /* "host:port" */
+#define DT_MAX_JOBSPEC          (4u << 20)    /* job spec JSON */
+#define DT_MAX_MODEL_JSON       (16u << 20)   /* Keras model JSON */
+#define DT_MAX_RPC_MSG          (64u << 20)   /* one control-plane gRPC message */
+#define DT_MAX_TOKEN            4096          /* token file */
+#define DT_MAX_TFRECORD         (256u << 20)  /* one TFRecord record */
+#define DT_MAX_IDX_DIMS         8             /* IDX rank */
+#define DT_MAX_CSV_LINE         (1u << 20)    /* one CSV line */
+#define DT_MAX_SAFETENSORS_HDR  (100u << 20)  /* safetensors JSON header */
 #define DT_MAX_SAFETENSORS_FILE (64ull << 30) /* a whole safetensors file, read into memory */
-#define DT_MAX_DATA_FILE       (4ull << 30) /* one data file, decoded (IDX, CSV, TFRecord .gz) */
-#define DT_MAX_DATA_FILES      65536        /* files of one data set (after globbing) */
-#define DT_MAX_DATA_FEATURES   256          /* features of one record / CSV columns used */
-#define DT_MAX_CSV_COLUMNS     65536        /* columns of one CSV line */
-#define DT_MAX_CLASSES         65536        /* label histogram ceiling (inspect) */
-#define DT_MAX_NN_LAYERS       4096         /* layers of one Keras model */
-#define DT_MAX_NN_PARAMS       (1ull << 30) /* weights of one model (floats, 4 GiB) */
-#define DT_MAX_NN_DIM          (1 << 24)    /* one axis of a layer's output */
+#define DT_MAX_DATA_FILE        (4ull << 30)  /* one data file, decoded (IDX, CSV, TFRecord .gz) */
+#define DT_MAX_DATA_FILES       65536         /* files of one data set (after globbing) */
+#define DT_MAX_DATA_FEATURES    256           /* features of one record / CSV columns used */
+#define DT_MAX_CSV_COLUMNS      65536         /* columns of one CSV line */
+#define DT_MAX_CLASSES          65536         /* label histogram ceiling (inspect) */
+#define DT_MAX_NN_LAYERS        4096          /* layers of one Keras model */
+#define DT_MAX_NN_PARAMS        (1ull << 30)  /* weights of one model (floats, 4 GiB) */
+#define DT_MAX_NN_DIM           (1 << 24)     /* one axis of a layer's output */
 
 #endif
