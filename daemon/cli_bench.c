@@ -117,7 +117,7 @@ static int bench_train(int argc, char **argv)
         goto out;
     }
     dt_loss loss = {DT_NN_LOSS_SPARSE_CE, true};
-    dt_batch b = {.x = x, .labels = labels, .n = batch};
+    dt_model_batch b = {.x = x, .labels = labels, .n = batch};
     double t0 = 0;
     for (int i = 0; i < warmup + steps; i++) {
         if (i == warmup) {

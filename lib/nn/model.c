@@ -448,7 +448,7 @@ static dt__nn_ctx ctx(dt_model *m, int n, bool training)
                         .col = m->col};
 }
 
-static dt_status check_batch(dt_model *m, const dt_batch *b, const dt_loss *loss, dt_err *err)
+static dt_status check_batch(dt_model *m, const dt_model_batch *b, const dt_loss *loss, dt_err *err)
 {
     if (!b || b->n < 1 || !b->x)
         return dt_err_set(err, DT_EINVAL, "model: empty batch");
@@ -506,7 +506,7 @@ static const float *loss_input(dt_model *m, const dt_loss *loss, bool *from_logi
     return o->y;
 }
 
-static double accuracy(dt_model *m, const dt_loss *loss, const dt_batch *b)
+static double accuracy(dt_model *m, const dt_loss *loss, const dt_model_batch *b)
 {
     int cols = (int)dt_model_output_size(m);
     dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
@@ -543,7 +543,7 @@ static double accuracy(dt_model *m, const dt_loss *loss, const dt_batch *b)
     return hits / b->n;
 }
 
-static double compute_loss(dt_model *m, const dt_loss *loss, const dt_batch *b, float scale)
+static double compute_loss(dt_model *m, const dt_loss *loss, const dt_model_batch *b, float scale)
 {
     int cols = (int)dt_model_output_size(m);
     bool from_logits;
@@ -559,8 +559,8 @@ static double compute_loss(dt_model *m, const dt_loss *loss, const dt_batch *b, 
     return sum / b->n;
 }
 
-dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_batch *b, int global_batch,
-                              dt_step_stats *stats, dt_err *err)
+dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                              int global_batch, dt_step_stats *stats, dt_err *err)
 {
     DT_TRY(check_batch(m, b, loss, err));
     if (global_batch < b->n)
@@ -620,7 +620,7 @@ dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_er
     return DT_OK;
 }
 
-dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_batch *b,
+dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
                             dt_step_stats *stats, dt_err *err)
 {
     DT_TRY(check_batch(m, b, loss, err));

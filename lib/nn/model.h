@@ -5,10 +5,9 @@
  *     dt_model_opts o = {.seed = 42};                         // CPU backend by default
  *     if (dt_model_from_json(text, len, &o, &m, &err) != DT_OK) ...   // refuses what it can't do
  *     dt_loss loss = {.kind = DT_NN_LOSS_SPARSE_CE, .from_logits = true};
- *     dt_batch b = {.x = x, .labels = y, .n = 64};            // x (64, 28, 28, 1), y (64) int32
- *     dt_step_stats s;
- *     dt_model_train_step(m, &loss, &b, 64, &s, &err);        // forward, loss, backward
- *     dt_optim_step(opt, &err);                               // nn/optim.h
+ *     dt_model_batch b = {.x = x, .labels = y, .n = 64};            // x (64, 28, 28, 1), y (64)
+ * int32 dt_step_stats s; dt_model_train_step(m, &loss, &b, 64, &s, &err);        // forward, loss,
+ * backward dt_optim_step(opt, &err);                               // nn/optim.h
  *
  * Memory: all trainable parameters live in one flat buffer, their gradients in a second one of
  * the same layout and the non-trainable state (BatchNormalization's moving statistics) in a
@@ -126,12 +125,12 @@ dt_status dt_loss_from_name(const char *name, bool from_logits, dt_loss *out, dt
 
 /* One batch, host memory. labels for sparse categorical cross-entropy, else targets
  * (n, output size). */
-typedef struct dt_batch {
+typedef struct dt_model_batch {
     const float *x;        /* (n, input shape...) */
     const int32_t *labels; /* (n) */
     const float *targets;  /* (n, output size) */
     int n;
-} dt_batch;
+} dt_model_batch;
 
 typedef struct dt_step_stats {
     double loss;     /* mean loss over the batch plus the regularization losses */
@@ -142,14 +141,14 @@ typedef struct dt_step_stats {
  * sum of the per-sample losses divided by global_batch (so summing the grads of R replicas with
  * global_batch = R * n gives Keras's mean), plus n/global_batch of the regularizers' gradient.
  * Labels outside [0, classes) and batches with n < 1 are DT_EINVAL. */
-dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_batch *b, int global_batch,
-                              dt_step_stats *stats, dt_err *err);
+dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                              int global_batch, dt_step_stats *stats, dt_err *err);
 
 /* Inference forward; writes (n, output size) floats to out (host). */
 dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_err *err);
 
 /* Loss and accuracy of a batch in inference mode, without gradients (evaluate). */
-dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_batch *b,
+dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
                             dt_step_stats *stats, dt_err *err);
 
 #endif

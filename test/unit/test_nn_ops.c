@@ -193,7 +193,7 @@ DT_TEST(nn_ops_batchnorm_moving_statistics)
                            1);
     float x[6] = {1, 10, 2, 20, 3, 60};
     int32_t lab[3] = {0, 1, 0};
-    dt_batch b = {.x = x, .labels = lab, .n = 3};
+    dt_model_batch b = {.x = x, .labels = lab, .n = 3};
     dt_loss loss = {DT_NN_LOSS_SPARSE_CE, true};
     dt_step_stats s;
     dt_err err = {0};
@@ -333,7 +333,7 @@ DT_TEST(nn_model_label_and_batch_checks)
                            1);
     float x[4] = {0};
     int32_t lab[2] = {1, 3};
-    dt_batch b = {.x = x, .labels = lab, .n = 2};
+    dt_model_batch b = {.x = x, .labels = lab, .n = 2};
     dt_loss loss = {DT_NN_LOSS_SPARSE_CE, true};
     dt_err err = {0};
     ASSERT_STATUS(dt_model_train_step(m, &loss, &b, 2, NULL, &err), DT_EINVAL);

@@ -200,7 +200,7 @@ static void parity(const char *model_json_path, const char *json_text, int nstep
     printf("%s: batch %d\n", model_json_path, n);
     /* step 0: loss and gradients */
     dt_loss loss = {DT_NN_LOSS_SPARSE_CE, true};
-    dt_batch b = nn_batch(&d, loss.kind);
+    dt_model_batch b = nn_batch(&d, loss.kind);
     dt_step_stats s;
     ASSERT_OK(dt_model_train_step(m, &loss, &b, n, &s, &err), &err);
     size_t rn;

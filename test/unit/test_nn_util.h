@@ -87,16 +87,16 @@ static inline void nn_data_free(nn_data *d)
     free(d->targets);
 }
 
-static inline dt_batch nn_batch(const nn_data *d, dt_nn_loss_kind kind)
+static inline dt_model_batch nn_batch(const nn_data *d, dt_nn_loss_kind kind)
 {
-    return (dt_batch){.x = d->x,
-                      .labels = kind == DT_NN_LOSS_SPARSE_CE ? d->labels : NULL,
-                      .targets = kind == DT_NN_LOSS_SPARSE_CE ? NULL : d->targets,
-                      .n = d->n};
+    return (dt_model_batch){.x = d->x,
+                            .labels = kind == DT_NN_LOSS_SPARSE_CE ? d->labels : NULL,
+                            .targets = kind == DT_NN_LOSS_SPARSE_CE ? NULL : d->targets,
+                            .n = d->n};
 }
 
 /* Loss of one training-mode step with the dropout stream rewound to *rng. */
-static inline double nn_loss_at(dt_model *m, const dt_loss *loss, const dt_batch *b,
+static inline double nn_loss_at(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
                                 const dt_rng *rng)
 {
     dt_err err = {0};
@@ -113,7 +113,7 @@ static inline int nn_gradcheck(const char *json, dt_loss loss, int n, double eps
 {
     dt_model *m = nn_build(json, 7);
     nn_data d = nn_random(m, n, loss.kind, 11);
-    dt_batch b = nn_batch(&d, loss.kind);
+    dt_model_batch b = nn_batch(&d, loss.kind);
     dt_rng rng = *dt_model_rng(m);
     nn_loss_at(m, &loss, &b, &rng);
     size_t np;
