@@ -128,6 +128,7 @@ static dt_status plan_buckets(dt_trainer *t, dt_err *err)
         }
     }
     free(starts);
+    DT_DEBUG("train", "%zu fusion buckets over %zu gradients", t->nbuckets, np);
     return DT_OK;
 }
 
