@@ -206,8 +206,9 @@ DT_TEST_TIMEOUT(train_checkpoint_resume, 120)
     tt_run(&spec, 2, &o, 0, 10, run);
     ASSERT_EQ(run[0].st, DT_ECANCELED);
     ASSERT_EQ(run[1].st, DT_ECANCELED);
+    tt_free(run, 2);
     o.resume = true;
-    tt_run(&spec, 2, &o, -1, 0, run + 0);
+    tt_run(&spec, 2, &o, -1, 0, run);
     ASSERT_EQ(run[0].st, DT_OK);
     ASSERT_TRUE(run[0].res.resumed);
     ASSERT_EQ(run[0].res.resumed_step, 11);
