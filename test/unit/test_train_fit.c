@@ -62,6 +62,12 @@ DT_TEST_TIMEOUT(train_replicas_follow_one, 120)
     tt_parse(tt_spec(1, 16, "\"adam\"", ", \"strategy\": {\"bucket_mb\": 0.0001}"), &small);
     tt_run(&small, 4, &o, -1, 0, four);
     check_follows(&one[0], four, 4);
+    /* the same with a comm that keeps the buckets in flight on a thread of its own */
+    tt_free(four, 4);
+    tt_use_async = true;
+    tt_run(&small, 4, &o, -1, 0, four);
+    check_follows(&one[0], four, 4);
+    tt_use_async = false;
     dt_jobspec_destroy(&small);
     tt_free(one, 1);
     tt_free(two, 2);
