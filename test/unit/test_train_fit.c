@@ -236,3 +236,32 @@ DT_TEST_TIMEOUT(train_checkpoint_resume, 120)
     dt_jobspec_destroy(&other);
     dt_jobspec_destroy(&spec);
 }
+
+/* BatchNormalization's moving statistics are averaged across replicas every step, so even a
+ * model with non-trainable state ends bit-identical everywhere (the hash covers the state). */
+DT_TEST_TIMEOUT(train_batchnorm_replicas_identical, 60)
+{
+    tt_setup(N_TRAIN, N_VAL);
+    char text[16384];
+    snprintf(text, sizeof text, "%s", tt_spec(1, 16, "\"adam\"", ""));
+    const char *flat = "{\"class_name\": \"Flatten\"";
+    char *p = strstr(text, flat);
+    ASSERT_TRUE(p != NULL);
+    char rest[16384];
+    snprintf(rest, sizeof rest, "%s", p);
+    snprintf(p, sizeof text - (size_t)(p - text),
+             "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"bn\"}}, %s", rest);
+    dt_jobspec spec;
+    tt_parse(text, &spec);
+    dt_train_opts o = dt_train_opts_default();
+    tt_replica reps[2];
+    tt_run(&spec, 2, &o, -1, 0, reps);
+    for (int r = 0; r < 2; r++) {
+        if (reps[r].st != DT_OK)
+            fprintf(stderr, "rank %d: %s\n", r, reps[r].err.msg);
+        ASSERT_EQ(reps[r].st, DT_OK);
+        ASSERT_EQ(reps[r].res.weights_hash, reps[0].res.weights_hash);
+    }
+    tt_free(reps, 2);
+    dt_jobspec_destroy(&spec);
+}
