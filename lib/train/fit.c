@@ -163,11 +163,7 @@ dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_tra
     if (opts->world < 1 || opts->rank < 0 || opts->rank >= opts->world)
         return dt_err_set(err, DT_EINVAL, "train: rank %d outside world %d", opts->rank,
                           opts->world);
-    if (spec->batch_size % opts->world)
-        return dt_err_set(err, DT_EINVAL,
-                          "$.fit.batch_size: %d is the global batch and must be divisible by the "
-                          "%d replicas; use a multiple of %d",
-                          spec->batch_size, opts->world, opts->world);
+    DT_TRY(dt_train_check_world(spec, opts->world, err));
     dt_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return dt_err_set(err, DT_ENOMEM, "train: out of memory");
