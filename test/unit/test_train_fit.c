@@ -265,3 +265,36 @@ DT_TEST_TIMEOUT(train_batchnorm_replicas_identical, 60)
     tt_free(reps, 2);
     dt_jobspec_destroy(&spec);
 }
+
+DT_TEST_TIMEOUT(train_steps_per_epoch_and_validation_freq, 60)
+{
+    tt_setup(N_TRAIN, N_VAL);
+    dt_jobspec spec;
+    char text[16384];
+    snprintf(text, sizeof text, "%s", tt_spec(3, 16, "\"sgd\"", ""));
+    char *p = strstr(text, "\"batch_size\": 16}");
+    ASSERT_TRUE(p != NULL);
+    snprintf(p, sizeof text - (size_t)(p - text),
+             "\"batch_size\": 16, \"steps_per_epoch\": 4, \"validation_freq\": 2}}");
+    tt_parse(text, &spec);
+    dt_train_opts o = dt_train_opts_default();
+    tt_replica reps[2];
+    tt_run(&spec, 2, &o, -1, 0, reps);
+    ASSERT_EQ(reps[0].st, DT_OK);
+    ASSERT_EQ(reps[0].res.global_step, 12); /* 3 epochs of 4 steps */
+    ASSERT_EQ(reps[0].nlosses, 12);
+    ASSERT_TRUE(reps[0].res.has_val); /* after epoch 2 */
+    tt_free(reps, 2);
+    dt_jobspec_destroy(&spec);
+
+    /* one epoch with validation_freq 2: no validation at all */
+    p = strstr(text, "\"epochs\": 3");
+    p[10] = '1';
+    tt_parse(text, &spec);
+    tt_run(&spec, 1, &o, -1, 0, reps);
+    ASSERT_EQ(reps[0].st, DT_OK);
+    ASSERT_EQ(reps[0].res.global_step, 4);
+    ASSERT_FALSE(reps[0].res.has_val);
+    tt_free(reps, 1);
+    dt_jobspec_destroy(&spec);
+}
