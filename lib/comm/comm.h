@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define DT_COMM_METHOD  "/dtrain.v1.Comm/Ring"
-#define DT_COMM_STREAMS 4         /* streams per neighbour (default) */
+#define DT_COMM_STREAMS 4          /* streams per neighbour (default) */
 #define DT_COMM_CHUNK   (1u << 20) /* bytes per message, at most */
 
 typedef struct dt_comm_hub dt_comm_hub;
@@ -91,8 +91,8 @@ dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_comm_op op, dt_
 dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root, int64_t timeout_ms,
                             dt_err *err);
 /* out (world * bytes) receives every rank's in, in rank order. in may lie inside out. */
-dt_status dt_comm_allgather(dt_comm *c, const void *in, size_t bytes, void *out,
-                            int64_t timeout_ms, dt_err *err);
+dt_status dt_comm_allgather(dt_comm *c, const void *in, size_t bytes, void *out, int64_t timeout_ms,
+                            dt_err *err);
 /* Returns once every rank has entered it. */
 dt_status dt_comm_barrier(dt_comm *c, int64_t timeout_ms, dt_err *err);
 

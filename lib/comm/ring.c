@@ -20,13 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_STREAMS     16
-#define TICK_MS         50
-#define LINK_GRACE_MS   250 /* a broken link waits this long for a notice that names the cause */
-#define CLOSE_WAIT_MS   2000
-#define SLICE_WAIT_MS   5000
-#define NOTICE_TIMEOUT  2000
-#define NAME_LEN        64
+#define MAX_STREAMS    16
+#define TICK_MS        50
+#define LINK_GRACE_MS  250 /* a broken link waits this long for a notice that names the cause */
+#define CLOSE_WAIT_MS  2000
+#define SLICE_WAIT_MS  5000
+#define NOTICE_TIMEOUT 2000
+#define NAME_LEN       64
 
 typedef enum req_kind { REQ_ALLREDUCE, REQ_BROADCAST, REQ_ALLGATHER } req_kind;
 typedef enum recv_op { RECV_ADD, RECV_COPY } recv_op;
@@ -49,7 +49,7 @@ struct dt_comm_req {
     dt_comm *c;
     req_kind kind;
     uint8_t *buf;
-    size_t n; /* elements of buf: floats (all-reduce) or bytes */
+    size_t n;        /* elements of buf: floats (all-reduce) or bytes */
     size_t esz, wsz; /* element size in buf, on the wire */
     dt_comm_op op;
     dt_comm_wire wire;
@@ -186,8 +186,7 @@ static int mod(int a, int r)
 }
 
 /* The region (elements of buf) message m sends (send = 1) or receives, and the receive's op. */
-static void region(const dt_comm_req *r, size_t m, int send, size_t *off, size_t *len,
-                   recv_op *op)
+static void region(const dt_comm_req *r, size_t m, int send, size_t *off, size_t *len, recv_op *op)
 {
     const dt_comm *c = r->c;
     int R = c->world, me = c->rank;
@@ -659,8 +658,8 @@ static void send_notices(dt_comm *c, const char *reason)
             dt_rpc_channel_new(c->addr[i], c->token, &c->notice_ch[i], &err) != DT_OK)
             continue;
         dt_rpc_stream *s;
-        if (dt_rpc_stream_open(c->notice_ch[i], c->hub->q, DT_COMM_METHOD, md,
-                               NOTICE_TIMEOUT, NULL, &s, &err) == DT_OK)
+        if (dt_rpc_stream_open(c->notice_ch[i], c->hub->q, DT_COMM_METHOD, md, NOTICE_TIMEOUT, NULL,
+                               &s, &err) == DT_OK)
             dt_rpc_stream_detach(s);
     }
 }
@@ -721,8 +720,7 @@ static void open_out(dt_comm *c, int k)
     ring_stream *rs = &c->out[k];
     dt_err err = {0};
     int nx = next_rank(c);
-    if (!rs->ch &&
-        dt_rpc_channel_new_dedicated(c->addr[nx], c->token, &rs->ch, &err) != DT_OK) {
+    if (!rs->ch && dt_rpc_channel_new_dedicated(c->addr[nx], c->token, &rs->ch, &err) != DT_OK) {
         snprintf(rs->last_error, sizeof rs->last_error, "%s", err.msg);
         rs->retry_at_ms = now_ms() + 100;
         return;
@@ -732,10 +730,9 @@ static void open_out(dt_comm *c, int k)
     snprintf(from, sizeof from, "%d", c->rank);
     snprintf(ks, sizeof ks, "%d", k);
     snprintf(world, sizeof world, "%d", c->world);
-    const char *md[] = {"dt-session", sess,  "dt-from",  from, "dt-stream",
-                        ks,           "dt-world", world, NULL};
-    if (dt_rpc_stream_open(rs->ch, c->hub->q, DT_COMM_METHOD, md, 0, rs, &rs->s, &err) !=
-        DT_OK) {
+    const char *md[] = {"dt-session", sess,       "dt-from", from, "dt-stream",
+                        ks,           "dt-world", world,     NULL};
+    if (dt_rpc_stream_open(rs->ch, c->hub->q, DT_COMM_METHOD, md, 0, rs, &rs->s, &err) != DT_OK) {
         rs->s = NULL;
         snprintf(rs->last_error, sizeof rs->last_error, "%s", err.msg);
         rs->retry_at_ms = now_ms() + 100;
@@ -753,8 +750,8 @@ static dt_status connect_ring(dt_comm *c, int64_t timeout_ms, dt_err *err)
         for (int k = 0; k < c->nstreams; k++) {
             ring_stream *o = &c->out[k];
             if (!o->s && o->retry_at_ms == -1) {
-                dt_err_set(err, DT_EAUTH, "%s: %s refused the ring stream: %s",
-                           c->name[c->rank], who(c, next_rank(c), w, sizeof w), o->last_error);
+                dt_err_set(err, DT_EAUTH, "%s: %s refused the ring stream: %s", c->name[c->rank],
+                           who(c, next_rank(c), w, sizeof w), o->last_error);
                 goto fail;
             }
             if (!o->s && now >= o->retry_at_ms)
@@ -814,8 +811,8 @@ dt_status dt_comm_new(const dt_comm_opts *o, dt_comm **out, dt_err *err)
     c->world = o->world;
     c->session = o->session;
     c->hub = o->world > 1 ? o->hub : NULL;
-    c->nstreams = o->streams > 0 ? (o->streams > MAX_STREAMS ? MAX_STREAMS : o->streams)
-                                 : DT_COMM_STREAMS;
+    c->nstreams =
+        o->streams > 0 ? (o->streams > MAX_STREAMS ? MAX_STREAMS : o->streams) : DT_COMM_STREAMS;
     c->chunk = o->chunk_bytes ? o->chunk_bytes : DT_COMM_CHUNK;
     c->chunk = (c->chunk + 3) & ~(size_t)3;
     c->token = o->token && *o->token ? strdup(o->token) : NULL;
@@ -1055,8 +1052,7 @@ dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_comm_op o
 {
     *req = NULL;
     if ((n && !buf) || n > SIZE_MAX / 8)
-        return dt_err_set(err, DT_EINVAL, "comm: all-reduce of %zu floats at %p", n,
-                          (void *)buf);
+        return dt_err_set(err, DT_EINVAL, "comm: all-reduce of %zu floats at %p", n, (void *)buf);
     dt_comm_req *r = req_new(REQ_ALLREDUCE, "all-reduce", timeout_ms);
     if (!r)
         return dt_err_set(err, DT_ENOMEM, "comm: out of memory");
@@ -1095,8 +1091,8 @@ dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root, int64
     return dt_comm_wait(r, timeout_ms, err);
 }
 
-dt_status dt_comm_allgather(dt_comm *c, const void *in, size_t bytes, void *out,
-                            int64_t timeout_ms, dt_err *err)
+dt_status dt_comm_allgather(dt_comm *c, const void *in, size_t bytes, void *out, int64_t timeout_ms,
+                            dt_err *err)
 {
     if (bytes && (!in || !out || bytes > SIZE_MAX / (size_t)c->world))
         return dt_err_set(err, DT_EINVAL, "comm: all-gather of %zu bytes", bytes);

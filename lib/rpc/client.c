@@ -54,8 +54,8 @@ dt_status dt_rpc_channel_new(const char *address, const char *token, dt_rpc_chan
     return channel_new(address, token, 0, out, err);
 }
 
-dt_status dt_rpc_channel_new_dedicated(const char *address, const char *token,
-                                       dt_rpc_channel **out, dt_err *err)
+dt_status dt_rpc_channel_new_dedicated(const char *address, const char *token, dt_rpc_channel **out,
+                                       dt_err *err)
 {
     return channel_new(address, token, 1, out, err);
 }

@@ -103,8 +103,8 @@ typedef struct dt_rpc_channel dt_rpc_channel;
 dt_status dt_rpc_channel_new(const char *address, const char *token, dt_rpc_channel **out,
                              dt_err *err);
 /* The same, with a TCP connection of its own (bulk streams must not queue behind others). */
-dt_status dt_rpc_channel_new_dedicated(const char *address, const char *token,
-                                       dt_rpc_channel **out, dt_err *err);
+dt_status dt_rpc_channel_new_dedicated(const char *address, const char *token, dt_rpc_channel **out,
+                                       dt_err *err);
 const char *dt_rpc_channel_address(const dt_rpc_channel *ch);
 void dt_rpc_channel_free(dt_rpc_channel *ch);
 
@@ -115,7 +115,8 @@ dt_status dt_rpc_unary(dt_rpc_channel *ch, const char *method, const ProtobufCMe
                        const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                        int64_t timeout_ms, dt_err *err);
 
-/* --- streams (stream.c) ------------------------------------------------------------------------ */
+/* --- streams (stream.c) ------------------------------------------------------------------------
+ */
 
 typedef struct dt_rpc_streamq dt_rpc_streamq;
 typedef struct dt_rpc_stream dt_rpc_stream;

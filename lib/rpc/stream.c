@@ -150,8 +150,8 @@ static bool start(dt_rpc_stream *s, const grpc_op *ops, size_t n, op_kind kind)
     return true;
 }
 
-static void deliver(dt_rpc_stream *s, dt_rpc_stream_ev type, bool ok, dt_rpc_msg *msg,
-                    dt_status st, const char *message)
+static void deliver(dt_rpc_stream *s, dt_rpc_stream_ev type, bool ok, dt_rpc_msg *msg, dt_status st,
+                    const char *message)
 {
     if (atomic_load(&s->released)) {
         dt_rpc_msg_free(msg);
@@ -175,10 +175,9 @@ static void request_call(dt_rpc_streamq *q)
         if (s) {
             atomic_store(&s->refs, 1);
             grpc_byte_buffer **no_payload = NULL;
-            grpc_call_error e =
-                grpc_server_request_registered_call(q->server, q->rm, &s->call, &s->deadline,
-                                                    &s->md_in, no_payload, q->cq, q->cq,
-                                                    &s->ops[OP_NEW]);
+            grpc_call_error e = grpc_server_request_registered_call(
+                q->server, q->rm, &s->call, &s->deadline, &s->md_in, no_payload, q->cq, q->cq,
+                &s->ops[OP_NEW]);
             if (e != GRPC_CALL_OK) {
                 DT_ERROR("rpc", "cannot request stream calls (%d)", (int)e);
                 stream_free(s);
@@ -406,9 +405,9 @@ dt_status dt_rpc_stream_open(dt_rpc_channel *ch, dt_rpc_streamq *q, const char *
     atomic_store(&s->refs, 1);
     gpr_timespec deadline =
         timeout_ms > 0 ? dt__rpc_deadline_ms(timeout_ms) : gpr_inf_future(GPR_CLOCK_MONOTONIC);
-    s->call = grpc_channel_create_call(dt__rpc_channel_raw(ch), NULL, GRPC_PROPAGATE_DEFAULTS,
-                                       q->cq, grpc_slice_from_static_string(method), NULL,
-                                       deadline, NULL);
+    s->call =
+        grpc_channel_create_call(dt__rpc_channel_raw(ch), NULL, GRPC_PROPAGATE_DEFAULTS, q->cq,
+                                 grpc_slice_from_static_string(method), NULL, deadline, NULL);
     const char *auth = dt__rpc_channel_auth(ch);
     if (auth) {
         s->md_out[s->nmd_out].key = grpc_slice_from_static_string("authorization");
