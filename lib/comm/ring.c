@@ -1020,6 +1020,7 @@ dt_status dt_comm_wait(dt_comm_req *r, int64_t timeout_ms, dt_err *err)
         timed_wait(&c->ref_cv, &c->ref_mu, 20);
     int leaked = r->slices > 0;
     pthread_mutex_unlock(&c->ref_mu);
+
     dt_status st = r->st;
     if (st != DT_OK)
         dt_err_set(err, st, "%s", r->msg);
