@@ -12,6 +12,14 @@ for i in 0 1 2; do start "w$i" "$i"; done
 for i in 0 1 2; do dt_wait_file "$DT_TEST_TMP/w$i.ready" --timeout 20 || dt_fail "worker:$i never formed"; done
 bench() { "$DT_BIN_DIR/dtrain" bench allreduce --addr "${addrs[0]}" "$@"; }
 
+# 0. bad input is refused (exit 2) with the option named.
+for bad in "--sizes 4X" "--sizes ," "--wire f64" "--iters 0" "--streams 99"; do
+  # shellcheck disable=SC2086
+  if bench $bad >"$DT_TEST_TMP/bad" 2>&1; then dt_fail "bench $bad was accepted"; else rc=$?; fi
+  dt_assert_eq "$rc" 2 "exit status of bench $bad"
+done
+dt_assert_contains "$DT_TEST_TMP/bad" "streams" "the error names the option"
+
 # 1. exact results, bf16 wire too; JSON keys as DESIGN.md says.
 bench --verify --sizes 0,4,28,4092,12004,4M --iters 2 --no-stream --json >"$DT_TEST_TMP/v.json" || dt_fail "bench --verify failed"
 dt_assert_eq "$(dt_json_get world_size "$DT_TEST_TMP/v.json")" 3 "world_size"
