@@ -362,10 +362,10 @@ static bool consume(dt_comm_req *r, size_t m, dt_rpc_msg *msg)
             nc += take;
             p += take;
             sl -= take;
-            if (nc == r->wsz) {
-                apply(r, op, at++, carry, 1);
-                nc = 0;
-            }
+            if (nc < r->wsz)
+                continue; /* this slice ended inside the element too */
+            apply(r, op, at++, carry, 1);
+            nc = 0;
         }
         size_t whole = sl / r->wsz;
         apply(r, op, at, p, whole);
