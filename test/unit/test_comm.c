@@ -311,6 +311,64 @@ DT_TEST_TIMEOUT(comm_abort_names_the_rank, 60)
     }
 }
 
+/* Rank 1 of 2 never joins the all-reduce: rank 0's deadline fires and names worker:1. */
+static void body_deadline(rank_ctx *r, dt_comm *c)
+{
+    dt_err err = {0};
+    float b[1000] = {0};
+    if (r->rank == 1) {
+        /* Stay away until rank 0 has given up; its notice has poisoned the group here too. */
+        dt_sleep_ms(1500);
+        ASSERT_TRUE(dt_comm_barrier(c, 5000, &err) != DT_OK);
+        ASSERT_CONTAINS(err.msg, "timed out");
+        return;
+    }
+    int64_t t0 = dt_now_ms();
+    ASSERT_EQ(dt_comm_allreduce(c, b, 1000, DT_COMM_SUM, DT_COMM_F32, 500, &err), DT_ETIMEDOUT);
+    int64_t ms = dt_now_ms() - t0;
+    ASSERT_CONTAINS(err.msg, "timed out");
+    ASSERT_CONTAINS(err.msg, "worker:1 at 127.0.0.1:");
+    ASSERT_GE(ms, 400);
+    ASSERT_LT(ms, 3000);
+}
+
+DT_TEST_TIMEOUT(comm_deadline_names_the_peer, 30)
+{
+    run_ranks(2, NULL, body_deadline, 0, NULL);
+}
+
+/* Job cancel: another thread aborts a comm whose all-reduce is blocked; the waiter and the other
+ * rank fail fast with the reason. */
+static void *abort_later(void *arg)
+{
+    dt_sleep_ms(300);
+    dt_comm_abort(arg, "job cancelled");
+    return NULL;
+}
+
+static void body_abort_blocked(rank_ctx *r, dt_comm *c)
+{
+    dt_err err = {0};
+    float b[100] = {0};
+    pthread_t th;
+    if (r->rank == 0)
+        pthread_create(&th, NULL, abort_later, c);
+    int64_t t0 = dt_now_ms();
+    dt_status st = DT_OK;
+    for (int i = 0; i < 1000000 && st == DT_OK; i++)
+        st = dt_comm_allreduce(c, b, 100, DT_COMM_SUM, DT_COMM_F32, 20000, &err);
+    if (r->rank == 0)
+        pthread_join(th, NULL);
+    ASSERT_TRUE(st != DT_OK);
+    ASSERT_CONTAINS(err.msg, "worker:0 aborted the group: job cancelled");
+    ASSERT_LT(dt_now_ms() - t0, 5000);
+}
+
+DT_TEST_TIMEOUT(comm_abort_from_another_thread, 30)
+{
+    run_ranks(2, NULL, body_abort_blocked, 0, NULL);
+}
+
 static void body_nothing(rank_ctx *r, dt_comm *c)
 {
     (void)r;
