@@ -31,10 +31,12 @@
  * destination (1). With f16/bf16 one conversion pass replaces the zero-copy send.
  *
  * Failures: every collective has a deadline. A broken stream (a peer died, kill -9) fails the
- * collective and poisons the comm; the error names the task ("worker:2 at 10.1.2.3:7001"), and
- * the rank that saw it tells every other rank (a short notice stream), so all survivors fail
- * within about a second with the dead task's name. Later collectives of that comm fail at once;
- * the daemon makes a new comm (new session) to go on.
+ * collective and poisons the comm; the error names the task ("worker:2 at 10.1.2.3:7001"). The
+ * rank that saw it waits up to 1 s for a notice that names an earlier cause (a neighbour's link
+ * breaks as a side effect when that neighbour gives up), then tells every other rank over a
+ * pre-connected notice stream, so all survivors fail within about 1-2 s naming the dead task.
+ * Later collectives of that comm fail at once; the daemon makes a new comm (new session) to go
+ * on. A failed comm releases its streams at once, so gRPC lets go of the callers' buffers.
  */
 #ifndef DT_COMM_COMM_H
 #define DT_COMM_COMM_H
