@@ -99,7 +99,8 @@ dt_status dt_comm_allgather(dt_comm *c, const void *in, size_t bytes, void *out,
 dt_status dt_comm_barrier(dt_comm *c, int64_t timeout_ms, dt_err *err);
 
 /* Asynchronous all-reduce: queued behind earlier collectives; buf is borrowed until
- * dt_comm_wait returns. The deadline counts from the start call. */
+ * dt_comm_wait returns. timeout_ms counts from when it starts to run (after the collectives
+ * queued before it); the comm thread enforces it even if nobody waits. */
 dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_comm_op op,
                                   dt_comm_wire wire, int64_t timeout_ms, dt_comm_req **req,
                                   dt_err *err);
