@@ -9,6 +9,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/sdnotify.h"
+#include "daemon_comm.h"
 #include "rpc/rpc.h"
 
 #include <cjson/cJSON.h>
@@ -43,6 +44,7 @@ typedef struct dt_daemon {
     char *token;
     dt_rpc_server *rpc;
     dt_cluster *cluster;
+    dt_daemon_comm *comm;
     uv_signal_t sigterm, sigint;
     int exit_code;
     int stopping;
@@ -295,6 +297,8 @@ static void daemon_stop(dt_daemon *d, int code)
     d->cluster = NULL;
     dt_rpc_server_free(d->rpc);
     d->rpc = NULL;
+    dt_daemon_comm_free(d->comm);
+    d->comm = NULL;
     uv_signal_stop(&d->sigterm);
     uv_signal_stop(&d->sigint);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
@@ -350,6 +354,8 @@ static void on_call(void *ctx, dt_rpc_call *call)
     dt_daemon *d = ctx;
     if (d->cluster && dt_cluster_handle_call(d->cluster, call))
         return;
+    if (d->comm && dt_daemon_comm_handle_call(d->comm, call))
+        return;
     char msg[256];
     snprintf(msg, sizeof msg, "%s is not served by this daemon (dtraind %s)",
              dt_rpc_call_method(call), DT_VERSION);
@@ -397,10 +403,22 @@ static int run(dt_daemon *d)
     }
 
     uv_loop_init(&d->loop);
-    dt_rpc_server_opts so = {
-        .address = bind, .loop = &d->loop, .handler = on_call, .ctx = d, .token = d->token};
+    if (dt_daemon_comm_new(&d->loop, &d->spec, d->token, &d->comm, &err) != DT_OK) {
+        DT_ERROR("daemon", "%s", err.msg);
+        uv_loop_close(&d->loop);
+        return 1;
+    }
+    dt_rpc_server_opts so = {.address = bind,
+                             .loop = &d->loop,
+                             .handler = on_call,
+                             .ctx = d,
+                             .token = d->token,
+                             .stream_method = DT_COMM_METHOD,
+                             .streamq = dt_comm_hub_streamq(dt_daemon_comm_hub(d->comm))};
     if (dt_rpc_server_new(&so, &d->rpc, &err) != DT_OK) {
         DT_ERROR("daemon", "%s", err.msg);
+        dt_daemon_comm_free(d->comm);
+        uv_run(&d->loop, UV_RUN_DEFAULT);
         uv_loop_close(&d->loop);
         return 1;
     }

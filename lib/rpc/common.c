@@ -40,17 +40,24 @@ grpc_channel_args *dt__rpc_args_new(int server)
     v[n++].value.integer = (int)DT_MAX_RPC_MSG;
     v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
     v[n++].value.integer = (int)DT_MAX_RPC_MSG;
-    if (server) {
+    if (server == 1) {
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_ALLOW_REUSEPORT, v[n++].value.integer = 0;
     } else {
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
         v[n++].value.integer = 100;
+        /* gRPC uses this as the time one connection attempt (TCP + HTTP/2 handshake) may take:
+         * 100 ms failed attempts on a busy host ("tcp handshaker shutdown", "timed out before
+         * receiving SETTINGS frame"). Calls keep their own deadlines; dedicated bulk channels
+         * get gRPC's default. */
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-        v[n++].value.integer = 100;
+        v[n++].value.integer = server == 2 ? 20000 : 2000;
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
         v[n++].value.integer = 1000;
         /* Every call has its own deadline; retries would only blur which attempt failed. */
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_ENABLE_RETRIES, v[n++].value.integer = 0;
+        if (server == 2) /* a dedicated connection: not shared through the global pool */
+            v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
+            v[n++].value.integer = 1;
     }
     a->num_args = n;
     a->args = v;
