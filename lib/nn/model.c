@@ -26,6 +26,8 @@ struct dt_model {
     int32_t *labels;  /* (reserved) device copy of the labels */
     float *targets;   /* (reserved, output size) device copy of the targets */
     float *host_pred; /* (reserved, output size) host copy of the predictions */
+    dt_model_grad_ready_fn grad_ready;
+    void *grad_ready_ctx;
 };
 
 static dt__nn_layer *root(dt_model *m, dt__nn_layer *l)
@@ -559,6 +561,35 @@ static double compute_loss(dt_model *m, const dt_loss *loss, const dt_model_batc
     return sum / b->n;
 }
 
+/* Keras adds the regularizers to the loss; per replica they count scale = n/global_batch of
+ * it. Returns the layer's regularization loss and adds scale times its gradient to the grads
+ * (scale 0: the loss only). */
+static double layer_regularize(dt_model *m, const dt__nn_layer *ly, float scale)
+{
+    double reg = 0;
+    for (int j = 0; j < ly->n_w; j++) {
+        const dt__nn_weight *w = &ly->w[j];
+        if (w->trainable && w->grad && (w->l1 > 0 || w->l2 > 0))
+            reg += m->ops->regularize(w->data, w->grad, dt__nn_shape_size(&w->shape), w->l1, w->l2,
+                                      scale);
+    }
+    return reg;
+}
+
+static bool layer_has_grads(const dt__nn_layer *ly)
+{
+    for (int j = 0; j < ly->n_w; j++)
+        if (ly->w[j].trainable && ly->w[j].grad)
+            return true;
+    return false;
+}
+
+void dt_model_set_grad_ready(dt_model *m, dt_model_grad_ready_fn fn, void *ctx)
+{
+    m->grad_ready = fn;
+    m->grad_ready_ctx = ctx;
+}
+
 dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
                               int global_batch, dt_step_stats *stats, dt_err *err)
 {
@@ -571,32 +602,36 @@ dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_b
     double l = compute_loss(m, loss, b, 1.0f / (float)global_batch);
 
     /* Backward in reverse topological order. The output's dy was written by the loss; every
-     * other dy is written by its first consumer and added to by the rest. */
+     * other dy is written by its first consumer and added to by the rest. Weights are laid out
+     * layer by layer in this order, so once layer i is done (regularizers included) the grads
+     * from its first trainable weight on are final and the hook may take them. */
     dt__nn_ctx c = ctx(m, b->n, true);
     for (int i = 0; i < m->g.n; i++)
         m->g.layers[i].dy_written = false;
     root(m, &m->g.layers[m->g.output])->dy_written = true;
+    double reg = 0;
+    size_t ready = m->n_params;
     for (int i = m->g.n - 1; i >= 1; i--) {
         dt__nn_layer *ly = &m->g.layers[i];
         if (!ly->alias && !ly->dy_written) { /* feeds nothing that reaches the output */
             for (int j = 0; j < ly->n_w; j++)
                 if (ly->w[j].grad)
                     m->ops->fill(dt__nn_shape_size(&ly->w[j].shape), 0.0f, ly->w[j].grad);
-            continue;
+        } else {
+            ly->vt->backward(ly, &c);
         }
-        ly->vt->backward(ly, &c);
+        reg += layer_regularize(m, ly, (float)b->n / (float)global_batch);
+        for (int j = 0; j < ly->n_w; j++) {
+            const dt_model_weight *w = &m->weights[ly->w[j].pub];
+            if (w->trainable && w->offset < ready)
+                ready = w->offset;
+        }
+        if (m->grad_ready && layer_has_grads(ly))
+            m->grad_ready(m->grad_ready_ctx, ready);
     }
+    if (m->grad_ready && m->n_params == 0)
+        m->grad_ready(m->grad_ready_ctx, 0);
 
-    /* Regularizers: Keras adds them to the loss; per replica they count n/global_batch. */
-    double reg = 0;
-    for (size_t i = 0; i < m->n_weights; i++) {
-        const dt_model_weight *w = &m->weights[i];
-        const dt__nn_layer *ly = &m->g.layers[w->layer];
-        for (int j = 0; j < ly->n_w; j++)
-            if (ly->w[j].pub == (int)i && w->trainable && (ly->w[j].l1 > 0 || ly->w[j].l2 > 0))
-                reg += m->ops->regularize(w->data, w->grad, w->size, ly->w[j].l1, ly->w[j].l2,
-                                          (float)b->n / (float)global_batch);
-    }
     if (stats) {
         stats->loss = l + reg;
         stats->accuracy = accuracy(m, loss, b);
@@ -628,14 +663,8 @@ dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_model_bat
     forward(m, b->x, b->n, false);
     double l = compute_loss(m, loss, b, 1.0f / (float)b->n);
     double reg = 0;
-    for (size_t i = 0; i < m->n_weights; i++) {
-        const dt_model_weight *w = &m->weights[i];
-        const dt__nn_layer *ly = &m->g.layers[w->layer];
-        for (int j = 0; j < ly->n_w; j++)
-            if (ly->w[j].pub == (int)i && w->trainable && (ly->w[j].l1 > 0 || ly->w[j].l2 > 0))
-                reg +=
-                    m->ops->regularize(w->data, w->grad, w->size, ly->w[j].l1, ly->w[j].l2, 0.0f);
-    }
+    for (int i = 1; i < m->g.n; i++)
+        reg += layer_regularize(m, &m->g.layers[i], 0.0f);
     stats->loss = l + reg;
     stats->accuracy = accuracy(m, loss, b);
     return DT_OK;

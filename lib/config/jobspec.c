@@ -1,0 +1,610 @@
+/* jobspec.c - job spec JSON -> dt_jobspec. Every error names its JSON path and says what to do;
+ * unknown keys are errors, so a misspelt "epocs" cannot silently train with the default. */
+#include "config/jobspec.h"
+
+#include "core/buf.h"
+#include "core/limits.h"
+
+#include <cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---------------------------------------------------------------------------- paths -- */
+
+static char *join_path(const char *root, const char *path)
+{
+    if (!root || !root[0] || path[0] == '/')
+        return strdup(path);
+    size_t n = strlen(root) + strlen(path) + 2;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s/%s", root, path);
+    return s;
+}
+
+/* Whether real (a resolved path) is realroot or lies below it. */
+static bool inside(const char *realroot, const char *real)
+{
+    size_t n = strlen(realroot);
+    if (n == 1 && realroot[0] == '/')
+        return true;
+    return strncmp(real, realroot, n) == 0 && (real[n] == '\0' || real[n] == '/');
+}
+
+static dt_status real_root(const char *root, const char *what, char *out, dt_err *err)
+{
+    if (!realpath(root, out))
+        return dt_err_set(err, DT_ENOENT,
+                          "%s %s: %s; create it or start the daemon with another one", what, root,
+                          strerror(errno));
+    return DT_OK;
+}
+
+dt_status dt_jobspec_check_read(const char *root, const char *path, const char *json_path,
+                                dt_err *err)
+{
+    char rr[PATH_MAX], real[PATH_MAX];
+    if (!realpath(path, real))
+        return dt_err_set(err, errno == ENOENT ? DT_ENOENT : DT_EIO, "%s: \"%s\": %s", json_path,
+                          path, strerror(errno));
+    if (!root)
+        return DT_OK;
+    DT_TRY(real_root(root, "data root", rr, err));
+    if (!inside(rr, real))
+        return dt_err_set(err, DT_EPERM,
+                          "%s: \"%s\" resolves to %s, outside the data root %s; put the file "
+                          "under the data root (symlinks out of it are refused)",
+                          json_path, path, real, rr);
+    return DT_OK;
+}
+
+dt_status dt_jobspec_resolve_read(const char *root, const char *path, const char *json_path,
+                                  char **out, dt_err *err)
+{
+    *out = NULL;
+    if (!path[0])
+        return dt_err_set(err, DT_EINVAL, "%s: empty path", json_path);
+    char *full = join_path(root, path);
+    if (!full)
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory", json_path);
+    dt_status st = dt_jobspec_check_read(root, full, json_path, err);
+    if (st == DT_OK) {
+        char real[PATH_MAX];
+        if (!realpath(full, real))
+            st = dt_err_set(err, DT_EIO, "%s: \"%s\": %s", json_path, path, strerror(errno));
+        else if (!(*out = strdup(real)))
+            st = dt_err_set(err, DT_ENOMEM, "%s: out of memory", json_path);
+    } else if (st == DT_ENOENT && root) {
+        dt_err_prefix(err, "(relative paths are relative to the data root %s) ", root);
+    }
+    free(full);
+    return st;
+}
+
+dt_status dt_jobspec_resolve_write(const char *root, const char *path, const char *json_path,
+                                   char **out, dt_err *err)
+{
+    *out = NULL;
+    if (!path[0])
+        return dt_err_set(err, DT_EINVAL, "%s: empty path", json_path);
+    /* ".." is refused outright: what it means depends on directories that may not exist yet. */
+    for (const char *p = path; (p = strstr(p, "..")); p += 2)
+        if ((p == path || p[-1] == '/') && (p[2] == '\0' || p[2] == '/'))
+            return dt_err_set(err, DT_EPERM,
+                              "%s: \"%s\" contains \"..\"; give a path inside the state dir%s%s",
+                              json_path, path, root ? " " : "", root ? root : "");
+    char *full = join_path(root, path);
+    if (!full)
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory", json_path);
+    if (!root) {
+        *out = full;
+        return DT_OK;
+    }
+    char rr[PATH_MAX];
+    dt_status st = real_root(root, "state dir", rr, err);
+    if (st != DT_OK) {
+        free(full);
+        return st;
+    }
+    /* Resolve the longest existing prefix (symlinks included); the rest is created later. */
+    size_t len = strlen(full);
+    while (len > 1 && full[len - 1] == '/')
+        full[--len] = '\0';
+    char real[PATH_MAX];
+    size_t cut = len;
+    for (;;) {
+        char save = full[cut];
+        full[cut] = '\0';
+        bool ok = realpath(full, real) != NULL;
+        full[cut] = save;
+        if (ok)
+            break;
+        while (cut > 0 && full[cut - 1] != '/')
+            cut--;
+        if (cut <= 1) {
+            free(full);
+            return dt_err_set(err, DT_EINVAL, "%s: \"%s\": no part of it exists", json_path, path);
+        }
+        cut--; /* drop the '/' */
+    }
+    if (!inside(rr, real)) {
+        dt_err_set(err, DT_EPERM,
+                   "%s: \"%s\" resolves to %s, outside the state dir %s; give a path inside it "
+                   "(symlinks out of it are refused)",
+                   json_path, path, real, rr);
+        free(full);
+        return DT_EPERM;
+    }
+    size_t n = strlen(real) + strlen(full + cut) + 2;
+    *out = malloc(n);
+    if (*out)
+        snprintf(*out, n, "%s%s", real, full + cut);
+    free(full);
+    return *out ? DT_OK : dt_err_set(err, DT_ENOMEM, "%s: out of memory", json_path);
+}
+
+/* ------------------------------------------------------------------------- fields -- */
+
+static dt_status check_keys(const cJSON *obj, const char *path, const char *const *allowed,
+                            dt_err *err)
+{
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        bool ok = false;
+        for (const char *const *a = allowed; *a; a++)
+            ok = ok || strcmp(it->string, *a) == 0;
+        if (!ok) {
+            char list[512] = "";
+            for (const char *const *a = allowed; *a; a++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                         a == allowed ? "" : ", ", *a);
+            return dt_err_set(err, DT_EINVAL, "%s.%s: unknown key; known keys are %s", path,
+                              it->string, list);
+        }
+    }
+    return DT_OK;
+}
+
+static const char *type_name(const cJSON *v)
+{
+    if (cJSON_IsNull(v))
+        return "null";
+    if (cJSON_IsBool(v))
+        return "a boolean";
+    if (cJSON_IsNumber(v))
+        return "a number";
+    if (cJSON_IsString(v))
+        return "a string";
+    if (cJSON_IsArray(v))
+        return "an array";
+    return "an object";
+}
+
+/* An optional integer in [min, max]; null counts as absent when null_ok. */
+static dt_status get_int(const cJSON *obj, const char *key, const char *path, int64_t min,
+                         int64_t max, bool null_ok, int64_t *out, dt_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v || (null_ok && cJSON_IsNull(v)))
+        return DT_OK;
+    if (!cJSON_IsNumber(v))
+        return dt_err_set(err, DT_EINVAL, "%s.%s: must be an integer in [%lld, %lld], got %s", path,
+                          key, (long long)min, (long long)max, type_name(v));
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d) || d < (double)min || d > (double)max)
+        return dt_err_set(err, DT_EINVAL, "%s.%s: must be an integer in [%lld, %lld], got %g", path,
+                          key, (long long)min, (long long)max, d);
+    *out = (int64_t)d;
+    return DT_OK;
+}
+
+static dt_status get_object(const cJSON *obj, const char *key, bool required, const cJSON **out,
+                            dt_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *out = NULL;
+    if (!v || cJSON_IsNull(v)) {
+        if (required)
+            return dt_err_set(err, DT_EINVAL,
+                              "$.%s: missing; the job spec needs it (see README "
+                              "\"Job spec\")",
+                              key);
+        return DT_OK;
+    }
+    if (!cJSON_IsObject(v))
+        return dt_err_set(err, DT_EINVAL, "$.%s: must be an object, got %s", key, type_name(v));
+    *out = v;
+    return DT_OK;
+}
+
+static dt_status get_string(const cJSON *obj, const char *key, const char *path, const char **out,
+                            dt_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *out = NULL;
+    if (!v || cJSON_IsNull(v))
+        return DT_OK;
+    if (!cJSON_IsString(v) || !v->valuestring[0])
+        return dt_err_set(err, DT_EINVAL, "%s.%s: must be a non-empty string, got %s", path, key,
+                          type_name(v));
+    *out = v->valuestring;
+    return DT_OK;
+}
+
+/* --------------------------------------------------------------------------- parse -- */
+
+static dt_status parse_name(const cJSON *root, dt_jobspec *s, dt_err *err)
+{
+    const char *name;
+    DT_TRY(get_string(root, "name", "$", &name, err));
+    if (!name) {
+        snprintf(s->name, sizeof s->name, "job");
+        return DT_OK;
+    }
+    size_t n = strlen(name);
+    if (n >= sizeof s->name)
+        return dt_err_set(err, DT_EINVAL, "$.name: longer than %zu characters", sizeof s->name - 1);
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)name[i]) && !strchr("._-", name[i]))
+            return dt_err_set(err, DT_EINVAL,
+                              "$.name: \"%s\": use only letters, digits, '.', '_' and '-'", name);
+    memcpy(s->name, name, n + 1);
+    return DT_OK;
+}
+
+static dt_status parse_model(const cJSON *root, const dt_jobspec_roots *roots, dt_jobspec *s,
+                             dt_err *err)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!m || cJSON_IsNull(m))
+        return dt_err_set(err, DT_EINVAL,
+                          "$.model: missing; give a Keras model.to_json() object or the path of "
+                          "a file holding one");
+    if (cJSON_IsObject(m)) {
+        s->model_json = cJSON_PrintUnformatted(m);
+        if (!s->model_json)
+            return dt_err_set(err, DT_ENOMEM, "$.model: out of memory");
+        s->model_json_len = strlen(s->model_json);
+        return DT_OK;
+    }
+    if (!cJSON_IsString(m))
+        return dt_err_set(err, DT_EINVAL, "$.model: must be an object or a path, got %s",
+                          type_name(m));
+    DT_TRY(
+        dt_jobspec_resolve_read(roots->data_root, m->valuestring, "$.model", &s->model_path, err));
+    dt_status st =
+        dt_file_read_all(s->model_path, DT_MAX_MODEL_JSON, &s->model_json, &s->model_json_len, err);
+    if (st != DT_OK)
+        dt_err_prefix(err, "$.model: ");
+    return st;
+}
+
+static bool is_accuracy(const char *m)
+{
+    return !strcmp(m, "accuracy") || !strcmp(m, "acc") ||
+           !strcmp(m, "sparse_categorical_accuracy") || !strcmp(m, "categorical_accuracy") ||
+           !strcmp(m, "SparseCategoricalAccuracy") || !strcmp(m, "binary_accuracy");
+}
+
+static dt_status parse_compile(const cJSON *root, dt_jobspec *s, dt_err *err)
+{
+    const cJSON *c;
+    DT_TRY(get_object(root, "compile", true, &c, err));
+    static const char *const keys[] = {"optimizer", "loss", "metrics", NULL};
+    DT_TRY(check_keys(c, "$.compile", keys, err));
+
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(c, "optimizer");
+    if (o && !cJSON_IsNull(o)) {
+        if (!cJSON_IsString(o) && !cJSON_IsObject(o))
+            return dt_err_set(err, DT_EINVAL,
+                              "$.compile.optimizer: must be a name (\"adam\") or {\"class_name\", "
+                              "\"config\"}, got %s",
+                              type_name(o));
+        s->optimizer = cJSON_Duplicate(o, true);
+    } else {
+        s->optimizer = cJSON_CreateString("rmsprop"); /* Keras compile()'s default */
+    }
+    if (!s->optimizer)
+        return dt_err_set(err, DT_ENOMEM, "$.compile.optimizer: out of memory");
+
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(c, "loss");
+    if (!l || cJSON_IsNull(l))
+        return dt_err_set(err, DT_EINVAL,
+                          "$.compile.loss: missing; name a Keras loss, e.g. "
+                          "\"sparse_categorical_crossentropy\"");
+    const char *lname = NULL;
+    if (cJSON_IsString(l)) {
+        lname = l->valuestring;
+    } else if (cJSON_IsObject(l)) {
+        static const char *const lkeys[] = {"class_name", "config", "module", "registered_name",
+                                            NULL};
+        DT_TRY(check_keys(l, "$.compile.loss", lkeys, err));
+        DT_TRY(get_string(l, "class_name", "$.compile.loss", &lname, err));
+        if (!lname)
+            return dt_err_set(err, DT_EINVAL, "$.compile.loss.class_name: missing");
+        const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(l, "config");
+        if (cfg && !cJSON_IsNull(cfg)) {
+            if (!cJSON_IsObject(cfg))
+                return dt_err_set(err, DT_EINVAL, "$.compile.loss.config: must be an object");
+            for (const cJSON *it = cfg->child; it; it = it->next) {
+                if (!strcmp(it->string, "from_logits")) {
+                    if (!cJSON_IsBool(it))
+                        return dt_err_set(err, DT_EINVAL,
+                                          "$.compile.loss.config.from_logits: must be true or "
+                                          "false, got %s",
+                                          type_name(it));
+                    s->from_logits = cJSON_IsTrue(it);
+                } else if (!strcmp(it->string, "name") || !strcmp(it->string, "reduction")) {
+                    /* Keras writes these; the reduction is always the mean over the batch. */
+                    if (!strcmp(it->string, "reduction") && cJSON_IsString(it) &&
+                        strcmp(it->valuestring, "sum_over_batch_size") &&
+                        strcmp(it->valuestring, "auto"))
+                        return dt_err_set(err, DT_ENOTSUP,
+                                          "$.compile.loss.config.reduction: \"%s\" is not "
+                                          "supported; leave it out (sum_over_batch_size)",
+                                          it->valuestring);
+                } else {
+                    return dt_err_set(err, DT_ENOTSUP,
+                                      "$.compile.loss.config.%s: not supported; only from_logits "
+                                      "may be set",
+                                      it->string);
+                }
+            }
+        }
+    } else {
+        return dt_err_set(err, DT_EINVAL,
+                          "$.compile.loss: must be a name or {\"class_name\", \"config\"}, got %s",
+                          type_name(l));
+    }
+    if (!lname[0] || strlen(lname) >= sizeof s->loss)
+        return dt_err_set(err, DT_EINVAL, "$.compile.loss: bad loss name");
+    snprintf(s->loss, sizeof s->loss, "%s", lname);
+
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(c, "metrics");
+    if (ms && !cJSON_IsNull(ms)) {
+        if (!cJSON_IsArray(ms))
+            return dt_err_set(err, DT_EINVAL,
+                              "$.compile.metrics: must be a list such as [\"accuracy\"], got %s",
+                              type_name(ms));
+        int i = 0;
+        for (const cJSON *it = ms->child; it; it = it->next, i++) {
+            if (!cJSON_IsString(it))
+                return dt_err_set(err, DT_EINVAL, "$.compile.metrics[%d]: must be a string", i);
+            if (!is_accuracy(it->valuestring))
+                return dt_err_set(err, DT_ENOTSUP,
+                                  "$.compile.metrics[%d]: \"%s\" is not supported; dtrain "
+                                  "computes \"accuracy\" (the loss is always reported)",
+                                  i, it->valuestring);
+            s->metric_accuracy = true;
+        }
+    }
+    return DT_OK;
+}
+
+static dt_status parse_fit(const cJSON *root, dt_jobspec *s, dt_err *err)
+{
+    const cJSON *f;
+    DT_TRY(get_object(root, "fit", false, &f, err));
+    s->epochs = 1;
+    s->batch_size = 32;
+    s->validation_freq = 1;
+    if (!f)
+        return DT_OK;
+    static const char *const keys[] = {"epochs",          "batch_size", "steps_per_epoch",
+                                       "validation_freq", "verbose",    NULL};
+    DT_TRY(check_keys(f, "$.fit", keys, err));
+    int64_t v = s->epochs;
+    DT_TRY(get_int(f, "epochs", "$.fit", 1, 1000000, false, &v, err));
+    s->epochs = (int)v;
+    v = s->batch_size;
+    DT_TRY(get_int(f, "batch_size", "$.fit", 1, 1 << 20, true, &v, err));
+    s->batch_size = (int)v;
+    DT_TRY(get_int(f, "steps_per_epoch", "$.fit", 1, INT64_C(1) << 40, true, &s->steps_per_epoch,
+                   err));
+    v = s->validation_freq;
+    DT_TRY(get_int(f, "validation_freq", "$.fit", 1, 1000000, false, &v, err));
+    s->validation_freq = (int)v;
+    return DT_OK;
+}
+
+static dt_status parse_strategy(const cJSON *root, dt_jobspec *s, dt_err *err)
+{
+    const cJSON *o;
+    DT_TRY(get_object(root, "strategy", false, &o, err));
+    s->communication = DT_JOBSPEC_COMM_AUTO;
+    s->bucket_mb = 25;
+    if (!o)
+        return DT_OK;
+    static const char *const keys[] = {"communication", "bucket_mb", NULL};
+    DT_TRY(check_keys(o, "$.strategy", keys, err));
+    const char *c;
+    DT_TRY(get_string(o, "communication", "$.strategy", &c, err));
+    if (c) {
+        if (!strcasecmp(c, "AUTO"))
+            s->communication = DT_JOBSPEC_COMM_AUTO;
+        else if (!strcasecmp(c, "RING"))
+            s->communication = DT_JOBSPEC_COMM_RING;
+        else if (!strcasecmp(c, "NCCL"))
+            s->communication = DT_JOBSPEC_COMM_NCCL;
+        else
+            return dt_err_set(err, DT_EINVAL,
+                              "$.strategy.communication: \"%s\": use AUTO, RING or NCCL", c);
+    }
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "bucket_mb");
+    if (b && !cJSON_IsNull(b)) {
+        if (!cJSON_IsNumber(b) || !isfinite(b->valuedouble) || b->valuedouble <= 0 ||
+            b->valuedouble > 1024)
+            return dt_err_set(err, DT_EINVAL,
+                              "$.strategy.bucket_mb: must be a number in (0, 1024], got %s",
+                              cJSON_IsNumber(b) ? "a number out of range" : type_name(b));
+        s->bucket_mb = b->valuedouble;
+    }
+    return DT_OK;
+}
+
+static dt_status parse_outputs(const cJSON *root, const dt_jobspec_roots *roots, dt_jobspec *s,
+                               dt_err *err)
+{
+    const cJSON *c;
+    s->keep = 3;
+    s->save_freq_epoch = true;
+    DT_TRY(get_object(root, "checkpoint", false, &c, err));
+    if (c) {
+        static const char *const keys[] = {"dir", "save_freq", "keep", NULL};
+        DT_TRY(check_keys(c, "$.checkpoint", keys, err));
+        s->has_checkpoint = true;
+        const char *dir;
+        DT_TRY(get_string(c, "dir", "$.checkpoint", &dir, err));
+        if (dir)
+            DT_TRY(dt_jobspec_resolve_write(roots->state_dir, dir, "$.checkpoint.dir",
+                                            &s->checkpoint_dir, err));
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "save_freq");
+        if (cJSON_IsString(f)) {
+            if (strcmp(f->valuestring, "epoch"))
+                return dt_err_set(err, DT_EINVAL,
+                                  "$.checkpoint.save_freq: \"%s\": use \"epoch\" or a number of "
+                                  "steps",
+                                  f->valuestring);
+        } else if (f && !cJSON_IsNull(f)) {
+            DT_TRY(get_int(c, "save_freq", "$.checkpoint", 1, INT64_C(1) << 40, false,
+                           &s->save_freq_steps, err));
+            s->save_freq_epoch = false;
+        }
+        int64_t k = s->keep;
+        DT_TRY(get_int(c, "keep", "$.checkpoint", 1, 100000, false, &k, err));
+        s->keep = (int)k;
+    }
+    const cJSON *t;
+    DT_TRY(get_object(root, "tensorboard", false, &t, err));
+    if (t) {
+        static const char *const keys[] = {"log_dir", NULL};
+        DT_TRY(check_keys(t, "$.tensorboard", keys, err));
+        const char *dir;
+        DT_TRY(get_string(t, "log_dir", "$.tensorboard", &dir, err));
+        if (!dir)
+            return dt_err_set(err, DT_EINVAL, "$.tensorboard.log_dir: missing");
+        DT_TRY(dt_jobspec_resolve_write(roots->state_dir, dir, "$.tensorboard.log_dir",
+                                        &s->tensorboard_dir, err));
+    }
+    return DT_OK;
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static dt_status parse_root(const cJSON *root, const dt_jobspec_roots *roots, dt_jobspec *s,
+                            dt_err *err)
+{
+    if (!cJSON_IsObject(root))
+        return dt_err_set(err, DT_EINVAL, "$: a job spec must be a JSON object, got %s",
+                          type_name(root));
+    static const char *const keys[] = {
+        "name",     "model",      "initial_weights", "compile",     "data", "fit",
+        "strategy", "checkpoint", "tensorboard",     "description", NULL};
+    DT_TRY(check_keys(root, "$", keys, err));
+    DT_TRY(parse_name(root, s, err));
+    DT_TRY(parse_model(root, roots, s, err));
+    const char *iw;
+    DT_TRY(get_string(root, "initial_weights", "$", &iw, err));
+    if (iw)
+        DT_TRY(dt_jobspec_resolve_read(roots->data_root, iw, "$.initial_weights",
+                                       &s->initial_weights, err));
+    DT_TRY(parse_compile(root, s, err));
+    const cJSON *d;
+    DT_TRY(get_object(root, "data", true, &d, err));
+    if (!(s->data = cJSON_Duplicate(d, true)))
+        return dt_err_set(err, DT_ENOMEM, "$.data: out of memory");
+    DT_TRY(parse_fit(root, s, err));
+    DT_TRY(parse_strategy(root, s, err));
+    DT_TRY(parse_outputs(root, roots, s, err));
+
+    char *canon = cJSON_PrintUnformatted(root);
+    if (!canon)
+        return dt_err_set(err, DT_ENOMEM, "job spec: out of memory");
+    s->hash = fnv1a(canon);
+    free(canon);
+    snprintf(s->hash_hex, sizeof s->hash_hex, "%016llx", (unsigned long long)s->hash);
+    if ((roots->data_root && !(s->roots.data_root = strdup(roots->data_root))) ||
+        (roots->state_dir && !(s->roots.state_dir = strdup(roots->state_dir))))
+        return dt_err_set(err, DT_ENOMEM, "job spec: out of memory");
+    return DT_OK;
+}
+
+dt_status dt_jobspec_parse(const char *json, size_t len, const dt_jobspec_roots *roots,
+                           dt_jobspec *out, dt_err *err)
+{
+    memset(out, 0, sizeof *out);
+    static const dt_jobspec_roots none = {0};
+    if (!roots)
+        roots = &none;
+    if (len > DT_MAX_JOBSPEC)
+        return dt_err_set(err, DT_ETOOBIG,
+                          "job spec: %zu bytes, over the limit of %u (DT_MAX_JOBSPEC); put the "
+                          "model in a file and give its path in $.model",
+                          len, DT_MAX_JOBSPEC);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, false);
+    if (!root) {
+        size_t off = end && end >= json ? (size_t)(end - json) : 0;
+        return dt_err_set(err, DT_EINVAL,
+                          "job spec: not valid JSON (truncated or malformed) near byte %zu of %zu",
+                          off, len);
+    }
+    dt_status st = parse_root(root, roots, out, err);
+    cJSON_Delete(root);
+    if (st != DT_OK)
+        dt_jobspec_destroy(out);
+    return st;
+}
+
+dt_status dt_jobspec_parse_file(const char *path, const dt_jobspec_roots *roots, dt_jobspec *out,
+                                dt_err *err)
+{
+    memset(out, 0, sizeof *out);
+    char *text = NULL;
+    size_t len = 0;
+    DT_TRY(dt_file_read_all(path, DT_MAX_JOBSPEC, &text, &len, err));
+    dt_status st = dt_jobspec_parse(text, len, roots, out, err);
+    free(text);
+    if (st != DT_OK)
+        dt_err_prefix(err, "%s: ", path);
+    return st;
+}
+
+void dt_jobspec_destroy(dt_jobspec *s)
+{
+    if (!s)
+        return;
+    free(s->model_json);
+    free(s->model_path);
+    free(s->initial_weights);
+    cJSON_Delete(s->optimizer);
+    cJSON_Delete(s->data);
+    free(s->checkpoint_dir);
+    free(s->tensorboard_dir);
+    free((char *)s->roots.data_root);
+    free((char *)s->roots.state_dir);
+    memset(s, 0, sizeof *s);
+}
+
+const char *dt_jobspec_comm_name(dt_jobspec_comm c)
+{
+    switch (c) {
+    case DT_JOBSPEC_COMM_RING:
+        return "RING";
+    case DT_JOBSPEC_COMM_NCCL:
+        return "NCCL";
+    default:
+        return "AUTO";
+    }
+}

@@ -1,0 +1,127 @@
+/*
+ * jobspec.h - a training job's JSON (DESIGN.md "Job spec") parsed into a validated structure.
+ *
+ *     dt_jobspec_roots roots = {.data_root = "/srv/data", .state_dir = "/var/lib/dtrain"};
+ *     dt_jobspec spec;
+ *     if (dt_jobspec_parse(text, len, &roots, &spec, &err) != DT_OK)
+ *         reply(err.msg);          // "$.fit.batch_size: must be a positive integer, got -3"
+ *     ... dt_train_validate(&spec, ...) (lib/train checks the model, optimizer, loss, data)
+ *     dt_jobspec_destroy(&spec);
+ *
+ * This module checks the STRUCTURE of a spec: types, ranges, known keys, Keras defaults for what
+ * is left out, and where its paths point. It does not build the model nor open the data (config
+ * may not include nn or data, see DESIGN's dependency rules): it hands lib/train the model JSON
+ * text, the optimizer and data objects as cJSON, and the resolved paths.
+ *
+ * Paths (DESIGN Security). Reads (model file, initial_weights, data files) resolve under
+ * roots->data_root; writes (checkpoint.dir, tensorboard.log_dir) under roots->state_dir. A
+ * relative path is relative to its root; an absolute one must lie inside it. A path whose
+ * resolved form leaves the root - through ".." or a symlink anywhere along it - is refused
+ * with DT_EPERM naming the JSON path. A NULL root means "no confinement" (the CLI's local
+ * use, tests): relative paths are then relative to the working directory.
+ * Data files are checked by lib/train with dt_jobspec_check_read after the data module has
+ * expanded its globs.
+ *
+ * Limits: the text at most DT_MAX_JOBSPEC bytes, a model file at most DT_MAX_MODEL_JSON;
+ * truncated or non-object JSON is DT_EINVAL; more than DT_MAX_JOBSPEC bytes is DT_ETOOBIG.
+ *
+ * Ownership: a dt_jobspec owns every string and cJSON it points to; dt_jobspec_destroy frees
+ * them (and is a no-op on a zeroed struct). A parsed spec is immutable, so several threads may
+ * read it at once.
+ */
+#ifndef DT_CONFIG_JOBSPEC_H
+#define DT_CONFIG_JOBSPEC_H
+
+#include "core/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cJSON cJSON;
+
+#define DT_JOBSPEC_NAME_LEN 128
+
+typedef struct dt_jobspec_roots {
+    const char *data_root; /* reads; NULL = no confinement */
+    const char *state_dir; /* writes; NULL = no confinement */
+} dt_jobspec_roots;
+
+typedef enum dt_jobspec_comm {
+    DT_JOBSPEC_COMM_AUTO = 0,
+    DT_JOBSPEC_COMM_RING,
+    DT_JOBSPEC_COMM_NCCL,
+} dt_jobspec_comm;
+
+typedef struct dt_jobspec {
+    char name[DT_JOBSPEC_NAME_LEN]; /* $.name; default "job"; [A-Za-z0-9._-] only */
+
+    /* $.model: inline object or a path (resolved under data_root). */
+    char *model_json; /* the model's JSON text (inline object printed, or the file's text) */
+    size_t model_json_len;
+    char *model_path; /* resolved file, or NULL when inline */
+
+    char *initial_weights; /* resolved path, or NULL */
+
+    /* $.compile */
+    cJSON *optimizer;     /* string or {"class_name", "config"}; default "rmsprop" (Keras) */
+    char loss[64];        /* loss name or class name; required */
+    bool from_logits;     /* $.compile.loss.config.from_logits (default false) */
+    bool metric_accuracy; /* "accuracy" | "acc" | "sparse_categorical_accuracy" listed */
+
+    /* $.data: checked by the data module (dt_data_spec_parse with data_root as base). */
+    cJSON *data;
+
+    /* $.fit (Keras defaults) */
+    int epochs;              /* default 1 */
+    int batch_size;          /* GLOBAL batch, default 32 */
+    int64_t steps_per_epoch; /* 0 = the whole data set (null) */
+    int validation_freq;     /* default 1 */
+
+    /* $.strategy */
+    dt_jobspec_comm communication; /* default AUTO */
+    double bucket_mb;              /* default 25; (0, 1024] */
+
+    /* $.checkpoint; has_checkpoint false when absent (the trainer then uses its own dir). */
+    bool has_checkpoint;
+    char *checkpoint_dir;    /* resolved under state_dir, or NULL */
+    bool save_freq_epoch;    /* "epoch" (default) */
+    int64_t save_freq_steps; /* N when save_freq is an integer, else 0 */
+    int keep;                /* default 3; >= 1 */
+
+    char *tensorboard_dir; /* $.tensorboard.log_dir resolved under state_dir, or NULL */
+
+    /* FNV-1a 64 of the canonical (unformatted cJSON) spec: checkpoints record it so a resume
+     * refuses a checkpoint of another spec. */
+    uint64_t hash;
+    char hash_hex[17];
+
+    dt_jobspec_roots roots; /* copies of the roots (owned), for lib/train's path checks */
+} dt_jobspec;
+
+/* Parses and validates a job spec. On failure out is left zeroed and err names the JSON path
+ * and says what to do; codes: DT_EINVAL (bad JSON, types, ranges, unknown keys), DT_ETOOBIG,
+ * DT_EPERM (a path escaping its root), DT_ENOENT (a model file or initial_weights missing). */
+dt_status dt_jobspec_parse(const char *json, size_t len, const dt_jobspec_roots *roots,
+                           dt_jobspec *out, dt_err *err);
+/* The same from a file (at most DT_MAX_JOBSPEC bytes); errors name the file too. */
+dt_status dt_jobspec_parse_file(const char *path, const dt_jobspec_roots *roots, dt_jobspec *out,
+                                dt_err *err);
+void dt_jobspec_destroy(dt_jobspec *spec);
+
+/* Resolves path for reading under root (NULL = unconfined): relative to root, symlinks
+ * followed; the file must exist. *out (malloc'd, caller frees) is the real path. Refuses an
+ * escape with DT_EPERM, a missing file with DT_ENOENT; messages start with json_path. */
+dt_status dt_jobspec_resolve_read(const char *root, const char *path, const char *json_path,
+                                  char **out, dt_err *err);
+/* Resolves a path for writing under root: it need not exist yet; the part that exists is
+ * resolved with its symlinks and must lie inside root, and the rest may hold no "..". */
+dt_status dt_jobspec_resolve_write(const char *root, const char *path, const char *json_path,
+                                   char **out, dt_err *err);
+/* DT_OK when the existing file `path` (already joined with its root) lies inside root. */
+dt_status dt_jobspec_check_read(const char *root, const char *path, const char *json_path,
+                                dt_err *err);
+
+const char *dt_jobspec_comm_name(dt_jobspec_comm c);
+
+#endif
