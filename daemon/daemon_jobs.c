@@ -400,7 +400,7 @@ static void start_done(dt_jobs *j, jcall *c)
     if (!jb || jb != j->active || dt__job_terminal(jb) || jb->generation != c->generation)
         return;
     if (c->st != DT_OK) {
-        char who[300], msg[DT_ERR_LEN];
+        char who[300], msg[2 * DT_ERR_LEN];
         dt__jobs_rank_name(j, c->rank, who, sizeof who);
         snprintf(msg, sizeof msg, "could not start the job on %s: %s", who, c->err.msg);
         end_job(j, jb, JOB_FAILED, msg);
@@ -515,7 +515,7 @@ static void check_members(dt_jobs *j)
         bool up = dt_cluster_member_up(j->o.cluster, (int)r, &inc);
         if (up && inc == jb->incarnations[r])
             continue;
-        char who[300], msg[DT_ERR_LEN];
+        char who[300], msg[2 * DT_ERR_LEN];
         dt__jobs_rank_name(j, (int)r, who, sizeof who);
         snprintf(msg, sizeof msg,
                  "%s %s during the job; the other tasks were stopped (the daemons stay up: "
@@ -540,7 +540,7 @@ static void on_prepared(dt_jobs *j, dt_rpc_call *call)
         return;
     Dtrain__V1__PreparedReply rep = DTRAIN__V1__PREPARED_REPLY__INIT;
     job *jb = find_job(j, req->id);
-    char msg[DT_ERR_LEN] = "";
+    char msg[2 * DT_ERR_LEN] = "";
     if (!jb || jb != j->active || req->rank >= jb->world) {
         rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
         snprintf(msg, sizeof msg, "job %s is not the one running on this cluster", req->id);
@@ -604,12 +604,12 @@ static void on_finished(dt_jobs *j, dt_rpc_call *call)
         if (req->code != DT_OK && !dt__job_terminal(jb)) {
             if (jb->cancel_requested || req->code == DT_ECANCELED) {
                 if (!jb->cancel_requested) { /* a rank stopped on its own: still a failure */
-                    char msg[DT_ERR_LEN];
+                    char msg[2 * DT_ERR_LEN];
                     snprintf(msg, sizeof msg, "%s stopped: %s", who, req->error);
                     end_job(j, jb, JOB_FAILED, msg);
                 }
             } else {
-                char msg[DT_ERR_LEN];
+                char msg[2 * DT_ERR_LEN];
                 snprintf(msg, sizeof msg, "%s failed: %s", who, req->error);
                 end_job(j, jb, JOB_FAILED, msg);
             }
@@ -904,7 +904,7 @@ static void finish_watchers(dt_jobs *j, const char *id, bool all)
 static dt_status final_weights(dt_jobs *j, dt_rpc_call *call, const char *id, job **out)
 {
     job *jb = find_job(j, id);
-    char msg[DT_ERR_LEN];
+    char msg[2 * DT_ERR_LEN];
     if (!jb) {
         snprintf(msg, sizeof msg, "no job '%s' on this cluster (see 'dtrain jobs')", id);
         dt_rpc_call_fail(call, DT_ENOENT, msg);
@@ -923,7 +923,7 @@ static dt_status final_weights(dt_jobs *j, dt_rpc_call *call, const char *id, jo
 
 static void export_run(jcall *c)
 {
-    c->st = dt_file_read_all(c->text2, DT_MAX_RPC_MSG - 4096, &c->out, &c->out_len, &c->err);
+    c->st = dt__jobs_export(c->text2, c->text3, &c->out, &c->out_len, &c->err);
 }
 
 static void export_done(dt_jobs *j, jcall *c)
@@ -952,8 +952,11 @@ static void on_export(dt_jobs *j, dt_rpc_call *call)
         if (!c) {
             dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
         } else {
+            char dir[4096];
+            snprintf(dir, sizeof dir, "%s/jobs/%s", j->state_dir, jb->id);
             c->call = call;
             c->text2 = strdup(jb->weights_path);
+            c->text3 = strdup(dir);
             jcall_queue(j, c);
         }
     }
@@ -984,7 +987,9 @@ static void evaluate_done(dt_jobs *j, jcall *c)
 
 static void predict_run(jcall *c)
 {
-    c->st = dt__jobs_predict(c->text3, c->text2, c->text, c->j->data_root, c->j->state_dir,
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/jobs/%s", c->j->state_dir, c->id);
+    c->st = dt__jobs_predict(c->text3, c->text2, c->text, c->j->data_root, c->j->state_dir, dir,
                              c->batch, c->format, &c->out, &c->out_len, &c->u1, &c->u2, &c->err);
 }
 
@@ -1034,6 +1039,7 @@ static void on_eval_or_predict(dt_jobs *j, dt_rpc_call *call, bool predict)
             c->text2 = strdup(jb->weights_path);
             c->text3 = strdup(jb->spec_json);
             c->batch = batch;
+            snprintf(c->id, sizeof c->id, "%s", jb->id);
             snprintf(c->format, sizeof c->format, "%s", format ? format : "");
             jcall_queue(j, c);
         }
@@ -1128,14 +1134,14 @@ dt_status dt_jobs_new(const dt_jobs_opts *opts, dt_jobs **out, dt_err *err)
         for (int i = 0; i < n; i++) {
             job *jb = list[i];
             if (jb->state == JOB_PREPARING || jb->state == JOB_RUNNING) {
-                char msg[DT_ERR_LEN];
+                char msg[2 * DT_ERR_LEN];
                 snprintf(msg, sizeof msg,
                          "dtraind restarted while the job was %s (epoch %u, step %llu); "
                          "resubmit it",
                          dt__job_state_name(jb->state), jb->epoch, (unsigned long long)jb->step);
                 jb->state = JOB_FAILED;
                 jb->finished = dt_wall_s();
-                snprintf(jb->error, sizeof jb->error, "%s", msg);
+                snprintf(jb->error, sizeof jb->error, "%.1000s", msg);
                 save(j, jb);
             }
             uint64_t idn = strtoull(jb->id, NULL, 10);
@@ -1178,7 +1184,7 @@ bool dt_jobs_handle_call(dt_jobs *j, dt_rpc_call *call)
         return true;
     }
     if (!j->is_chief) {
-        char msg[300], chief[300];
+        char msg[400], chief[300];
         dt__jobs_rank_name(j, 0, chief, sizeof chief);
         snprintf(msg, sizeof msg, "this daemon is not the chief: send job requests to %s", chief);
         dt_rpc_call_fail(call, DT_ESTATE, msg);

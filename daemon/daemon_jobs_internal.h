@@ -163,9 +163,12 @@ dt_status dt__jobs_evaluate(const char *spec_json, const char *weights_path, con
                             const char *data_root, const char *state_dir, uint32_t batch_size,
                             jmetric *metrics, int *nmetrics, uint64_t *examples, dt_err *err);
 dt_status dt__jobs_predict(const char *spec_json, const char *weights_path, const char *data_json,
-                           const char *data_root, const char *state_dir, uint32_t batch_size,
-                           const char *format, char **out, size_t *out_len, uint64_t *rows,
-                           uint64_t *cols, dt_err *err);
+                           const char *data_root, const char *state_dir, const char *job_dir,
+                           uint32_t batch_size, const char *format, char **out, size_t *out_len,
+                           uint64_t *rows, uint64_t *cols, dt_err *err);
+/* The model weights of weights_path (no optimizer slots) as safetensors bytes in *out. */
+dt_status dt__jobs_export(const char *weights_path, const char *job_dir, char **out,
+                          size_t *out_len, dt_err *err);
 
 /* --- the runner (daemon_jobs_runner.c): this daemon's part of a job -------------------------- */
 
@@ -179,7 +182,7 @@ struct jrun {
     char job_dir[4096]; /* <state-dir>/jobs/ID */
     pthread_t thread;
     bool thread_started;
-    atomic_int cancel;   /* set by Cancel; the trainer checks it every step */
+    atomic_bool cancel;  /* set by Cancel; the trainer checks it every step */
     atomic_int finished; /* the trainer thread has returned */
     pthread_mutex_t mu;  /* guards comm (for abort) */
     void *comm;          /* the ring communicator while fitting, else NULL */
@@ -194,7 +197,8 @@ dt_status dt__jobs_run_prepared(jrun *r, bool ok, const char *error, uint64_t ex
 /* A progress event from rank 0's trainer thread (copied; ev->message stays the caller's). */
 void dt__jobs_run_progress(jrun *r, const jevent *ev);
 /* The trainer has ended: reported to the chief (retried for a few seconds). */
-void dt__jobs_run_finished(jrun *r, dt_status st, const char *error, const char *weights_hash);
+void dt__jobs_run_finished(jrun *r, dt_status st, const char *error, const char *weights_hash,
+                           const char *weights_path);
 /* The cluster's addresses and names by rank, for the comm. */
 const dt_cluster_spec *dt__jobs_spec(const dt_jobs *j);
 const char *dt__jobs_token(const dt_jobs *j);

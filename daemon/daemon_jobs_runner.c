@@ -54,7 +54,7 @@ void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
     if (dt_rpc_call_unpack(call, &dtrain__v1__start_job_request__descriptor,
                            (ProtobufCMessage **)&req) != DT_OK)
         return;
-    char msg[DT_ERR_LEN] = "";
+    char msg[2 * DT_ERR_LEN] = "";
     dt_status st = DT_OK;
     dt__jobs_runner_reap(j);
     if (j->run && strcmp(j->run->id, req->id) == 0 && j->run->generation == req->generation) {
@@ -119,7 +119,7 @@ static void cancel_run(jrun *r, const char *reason)
     pthread_mutex_lock(&r->mu);
     if (!atomic_load(&r->cancel))
         snprintf(r->cancel_reason, sizeof r->cancel_reason, "%s", reason ? reason : "cancelled");
-    atomic_store(&r->cancel, 1);
+    atomic_store(&r->cancel, true);
     if (r->comm)
         dt__jobs_comm_abort(r->comm, r->cancel_reason);
     pthread_mutex_unlock(&r->mu);
@@ -211,7 +211,8 @@ dt_status dt__jobs_run_prepared(jrun *r, bool ok, const char *error, uint64_t ex
     return dt_err_set(err, DT_ETIMEDOUT, "the other tasks did not finish preparing in time");
 }
 
-void dt__jobs_run_finished(jrun *r, dt_status st, const char *error, const char *weights_hash)
+void dt__jobs_run_finished(jrun *r, dt_status st, const char *error, const char *weights_hash,
+                           const char *weights_path)
 {
     Dtrain__V1__FinishedRequest req = DTRAIN__V1__FINISHED_REQUEST__INIT;
     req.id = r->id;
@@ -219,9 +220,7 @@ void dt__jobs_run_finished(jrun *r, dt_status st, const char *error, const char 
     req.code = (int32_t)st;
     req.error = (char *)(error ? error : "");
     req.weights_hash = (char *)(weights_hash ? weights_hash : "");
-    char path[4200];
-    snprintf(path, sizeof path, "%s/final.safetensors", r->job_dir);
-    req.weights_path = st == DT_OK && r->rank == 0 ? path : (char *)"";
+    req.weights_path = (char *)(weights_path ? weights_path : "");
     dt_deadline until = dt_deadline_in(FINISHED_RETRY_MS);
     dt_err e = {0};
     for (;;) {

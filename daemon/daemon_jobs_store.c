@@ -121,7 +121,7 @@ static void str(const cJSON *o, const char *k, char *out, size_t n)
 /* Reads one job directory; NULL (logged) when it is not a job. */
 static job *load_one(const char *dir, const char *id)
 {
-    char path[4200], *text = NULL;
+    char path[4500], *text = NULL;
     size_t len = 0;
     dt_err err = {0};
     snprintf(path, sizeof path, "%s/state.json", dir);

@@ -9,6 +9,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/sdnotify.h"
+#include "daemon_jobs.h"
 #include "rpc/rpc.h"
 
 #include <cjson/cJSON.h>
@@ -43,6 +44,8 @@ typedef struct dt_daemon {
     char *token;
     dt_rpc_server *rpc;
     dt_cluster *cluster;
+    dt_jobs *jobs;
+    char state_dir_buf[4096];
     uv_signal_t sigterm, sigint;
     int exit_code;
     int stopping;
@@ -63,8 +66,9 @@ static void usage(FILE *f)
         "  --token-file FILE         shared cluster token; every peer and client must prove it\n"
         "  --insecure                allow a non-loopback address without a token\n"
         "  --rendezvous-timeout SEC  give up forming the cluster after SEC seconds (default 300)\n"
-        "  --state-dir DIR           where jobs, checkpoints and logs are written\n"
-        "  --data-root DIR           job specs may only read files under DIR\n"
+        "  --state-dir DIR           where jobs, checkpoints and logs are written (default\n"
+        "                            /var/lib/dtrain as root, else ~/.local/state/dtrain)\n"
+        "  --data-root DIR           job specs may only read files under DIR (default /)\n"
         "  --ready-file FILE         write FILE (JSON) once the cluster is formed\n"
         "  --log-level LEVEL         error|warn|info|debug|trace (default info; or DT_LOG)\n"
         "  --check                   validate the configuration, print the resolved task, exit\n"
@@ -291,6 +295,8 @@ static void daemon_stop(dt_daemon *d, int code)
         return;
     d->stopping = 1;
     d->exit_code = code;
+    dt_jobs_free(d->jobs);
+    d->jobs = NULL;
     dt_cluster_free(d->cluster);
     d->cluster = NULL;
     dt_rpc_server_free(d->rpc);
@@ -350,6 +356,8 @@ static void on_call(void *ctx, dt_rpc_call *call)
     dt_daemon *d = ctx;
     if (d->cluster && dt_cluster_handle_call(d->cluster, call))
         return;
+    if (d->jobs && dt_jobs_handle_call(d->jobs, call))
+        return;
     char msg[256];
     snprintf(msg, sizeof msg, "%s is not served by this daemon (dtraind %s)",
              dt_rpc_call_method(call), DT_VERSION);
@@ -380,6 +388,19 @@ static int run(dt_daemon *d)
                 "network)\n",
                 bind);
         return 2;
+    }
+    if (!d->o.state_dir) {
+        /* Jobs need somewhere to live: the system's state directory for a system daemon, the
+         * user's XDG state directory otherwise. */
+        const char *home = getenv("HOME");
+        if (getuid() == 0 || !home || !*home) {
+            snprintf(d->state_dir_buf, sizeof d->state_dir_buf, "/var/lib/dtrain");
+        } else {
+            snprintf(d->state_dir_buf, sizeof d->state_dir_buf, "%s/.local/state", home);
+            mkdir(d->state_dir_buf, 0700); /* its parents are the user's, or the mkdir below fails */
+            snprintf(d->state_dir_buf, sizeof d->state_dir_buf, "%s/.local/state/dtrain", home);
+        }
+        d->o.state_dir = d->state_dir_buf;
     }
     if (d->o.state_dir && mkdir(d->o.state_dir, 0750) != 0 && errno != EEXIST) {
         fprintf(stderr, "dtraind: --state-dir %s: %s\n", d->o.state_dir, strerror(errno));
@@ -424,8 +445,18 @@ static int run(dt_daemon *d)
         .on_fatal = on_fatal,
         .ctx = d,
     };
+    dt_jobs_opts jo = {
+        .loop = &d->loop,
+        .spec = &d->spec,
+        .token = d->token,
+        .state_dir = d->o.state_dir,
+        .data_root = d->o.data_root ? d->o.data_root : "/",
+    };
     if (dt_cluster_new(&co, &d->cluster, &err) != DT_OK) {
         DT_ERROR("daemon", "%s", err.msg);
+        daemon_stop(d, 1);
+    } else if ((jo.cluster = d->cluster, dt_jobs_new(&jo, &d->jobs, &err)) != DT_OK) {
+        DT_ERROR("daemon", "jobs: %s", err.msg);
         daemon_stop(d, 1);
     } else {
         uv_signal_init(&d->loop, &d->sigterm);
