@@ -1,0 +1,211 @@
+/* common.c - what fit, evaluate and predict share: building the spec's model, loss and
+ * optimizer, opening its data under the data root, and the submit-time validation. */
+#include "train/train_internal.h"
+
+#include "core/log.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+dt_train_comm dt_train_comm_local(void)
+{
+    dt_train_comm c = {0};
+    c.world = 1;
+    return c;
+}
+
+dt_train_opts dt_train_opts_default(void)
+{
+    dt_train_opts o = {0};
+    o.world = 1;
+    o.prefetch = 2;
+    o.data_timeout_ms = 600000;
+    return o;
+}
+
+dt_status dt__train_build(const dt_jobspec *spec, const dt_nn_ops *ops, uint64_t seed,
+                          dt_model **m, dt_loss *loss, dt_optim_cfg *cfg, dt_err *err)
+{
+    *m = NULL;
+    if (!spec->model_json)
+        return dt_err_set(err, DT_EINVAL, "$.model: missing");
+    dt_model_opts mo = {.seed = seed, .ops = ops};
+    dt_status st = dt_model_from_json(spec->model_json, spec->model_json_len, &mo, m, err);
+    if (st != DT_OK) {
+        dt_err_prefix(err, "$.model%s%s: ", spec->model_path ? " " : "",
+                      spec->model_path ? spec->model_path : "");
+        return st;
+    }
+    if ((st = dt_loss_from_name(spec->loss, spec->from_logits, loss, err)) != DT_OK) {
+        dt_err_prefix(err, "$.compile.loss: ");
+        goto fail;
+    }
+    if (cfg && (st = dt_optim_cfg_from_json(spec->optimizer, cfg, err)) != DT_OK) {
+        dt_err_prefix(err, "$.compile.optimizer: ");
+        goto fail;
+    }
+    return DT_OK;
+fail:
+    dt_model_free(*m);
+    *m = NULL;
+    return st;
+}
+
+static dt_status check_source_paths(const dt_jobspec *spec, const dt_data_source *s,
+                                    const char *json_path, dt_err *err)
+{
+    const char *root = spec->roots.data_root;
+    char p[512];
+    if (s->images) {
+        snprintf(p, sizeof p, "%s.images", json_path);
+        DT_TRY(dt_jobspec_check_read(root, s->images, p, err));
+    }
+    if (s->labels) {
+        snprintf(p, sizeof p, "%s.labels", json_path);
+        DT_TRY(dt_jobspec_check_read(root, s->labels, p, err));
+    }
+    for (size_t i = 0; i < s->nfiles; i++) {
+        snprintf(p, sizeof p, "%s.files[%zu]", json_path, i);
+        DT_TRY(dt_jobspec_check_read(root, s->files[i], p, err));
+    }
+    return DT_OK;
+}
+
+dt_status dt__train_source(const dt_jobspec *spec, const cJSON *obj, const char *json_path,
+                           dt_data_source *out, dt_err *err)
+{
+    DT_TRY(dt_data_source_parse(obj, json_path, spec->roots.data_root, out, err));
+    dt_status st = check_source_paths(spec, out, json_path, err);
+    if (st != DT_OK)
+        dt_data_source_destroy(out);
+    return st;
+}
+
+dt_status dt__train_data_spec(const dt_jobspec *spec, dt_data_spec *out, dt_err *err)
+{
+    if (!spec->data)
+        return dt_err_set(err, DT_EINVAL, "$.data: missing");
+    DT_TRY(dt_data_spec_parse(spec->data, "$.data", spec->roots.data_root, out, err));
+    dt_status st = check_source_paths(spec, &out->train, "$.data.train", err);
+    if (st == DT_OK && out->has_validation)
+        st = check_source_paths(spec, &out->validation, "$.data.validation", err);
+    if (st != DT_OK)
+        dt_data_spec_destroy(out);
+    return st;
+}
+
+dt_status dt__train_check_data(const dt_model *m, const dt_loss *loss, const dt_dataset *ds,
+                               const char *json_path, bool need_labels, dt_err *err)
+{
+    size_t in = dt_model_input_size(m), out = dt_model_output_size(m);
+    if (ds->x_size != in)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: examples have %zu values but the model's input takes %zu; reshape "
+                          "the data (\"shape\") or fix the model's input",
+                          json_path, ds->x_size, in);
+    if (ds->n == 0)
+        return dt_err_set(err, DT_EINVAL, "%s: the data set is empty", json_path);
+    if (!need_labels)
+        return DT_OK;
+    if (loss->kind == DT_NN_LOSS_SPARSE_CE) {
+        if (ds->y_kind != DT_LABEL_INT32)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: sparse_categorical_crossentropy needs integer class labels; "
+                              "give the split labels",
+                              json_path);
+        if ((size_t)ds->num_classes > out)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: labels go up to %d but the model has %zu outputs (classes)",
+                              json_path, ds->num_classes - 1, out);
+    } else {
+        if (ds->y_kind == DT_LABEL_NONE)
+            return dt_err_set(err, DT_EINVAL, "%s: the loss needs labels; give the split labels",
+                              json_path);
+        size_t ys = ds->y_kind == DT_LABEL_INT32 ? 1 : ds->y_size;
+        if (ds->y_kind == DT_LABEL_FLOAT && ys != out)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: targets have %zu values per example but the model has %zu "
+                              "outputs",
+                              json_path, ys, out);
+        if (ds->y_kind == DT_LABEL_INT32)
+            return dt_err_set(err, DT_ENOTSUP,
+                              "%s: integer labels need sparse_categorical_crossentropy",
+                              json_path);
+    }
+    return DT_OK;
+}
+
+dt_status dt__train_mkdirs(const char *dir, dt_err *err)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+        return dt_err_set(err, DT_EINVAL, "%s: path too long", dir);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+                return dt_err_set(err, DT_EIO, "mkdir %s: %s", p, strerror(errno));
+            *s = c;
+            if (!c)
+                break;
+        }
+    }
+    return DT_OK;
+}
+
+dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err *err)
+{
+    dt_model *m = NULL;
+    dt_loss loss;
+    dt_optim_cfg cfg;
+    dt_optim *opt = NULL;
+    dt_data_spec ds = {0};
+    dt_dataset *tr = NULL, *va = NULL;
+    dt_status st;
+    DT_TRY(dt__train_build(spec, NULL, 0, &m, &loss, &cfg, err));
+    DT_TRY_GOTO(dt_optim_new(&cfg, m, &opt, err), st, fail);
+    if (spec->initial_weights && (st = dt_train_load_weights(m, NULL, spec->initial_weights,
+                                                             err)) != DT_OK) {
+        dt_err_prefix(err, "$.initial_weights: ");
+        goto fail;
+    }
+    DT_TRY_GOTO(dt__train_data_spec(spec, &ds, err), st, fail);
+    if ((st = dt_dataset_load(&ds.train, &tr, err)) != DT_OK) {
+        dt_err_prefix(err, "$.data.train: ");
+        goto fail;
+    }
+    DT_TRY_GOTO(dt__train_check_data(m, &loss, tr, "$.data.train", true, err), st, fail);
+    if (ds.has_validation) {
+        if ((st = dt_dataset_load(&ds.validation, &va, err)) != DT_OK) {
+            dt_err_prefix(err, "$.data.validation: ");
+            goto fail;
+        }
+        DT_TRY_GOTO(dt__train_check_data(m, &loss, va, "$.data.validation", true, err), st,
+                    fail);
+    }
+    if (info) {
+        memset(info, 0, sizeof *info);
+        size_t nt;
+        dt_model_param_counts(m, &info->params_total, &info->params_trainable, &nt);
+        info->train_examples = info->local_examples = tr->n;
+        info->val_examples = va ? va->n : 0;
+        int64_t steps = (int64_t)((tr->n + (size_t)spec->batch_size - 1) / spec->batch_size);
+        if (spec->steps_per_epoch && spec->steps_per_epoch < steps)
+            steps = spec->steps_per_epoch;
+        info->steps_per_epoch = steps;
+        info->local_batch = spec->batch_size;
+    }
+    st = DT_OK;
+fail:
+    dt_dataset_free(va);
+    dt_dataset_free(tr);
+    dt_data_spec_destroy(&ds);
+    dt_optim_free(opt);
+    dt_model_free(m);
+    return st;
+}

@@ -1,0 +1,655 @@
+/* fit.c - one replica's Keras fit: the start-up broadcast, the step (backward overlapped with
+ * bucketed all-reduces through the model's grad-ready hook), validation, checkpoints,
+ * TensorBoard and progress. train.h tells the whole story of a step. */
+#include "train/train_internal.h"
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "io/safetensors.h"
+#include "io/tfevents.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dt_trainer {
+    const dt_jobspec *spec; /* borrowed */
+    dt_train_opts opts;
+    dt_model *m;
+    dt_loss loss;
+    dt_optim_cfg cfg;
+    dt_optim *opt;
+    dt_data_spec ds;
+    dt_dataset *train, *val;
+    dt_pipeline *p, *pv;
+    int64_t steps; /* per epoch, as run */
+    char *ckpt_dir; /* chief's checkpoint dir, or NULL */
+    uint64_t seed;
+
+    /* Fusion buckets over the grads buffer, last layers first: bucket k is
+     * [lo[k], hi[k]) and lo strictly decreases with k. */
+    size_t *lo, *hi;
+    size_t nbuckets;
+    /* The step in flight (set by run_step for the grad-ready hook). */
+    const dt_train_comm *comm;
+    void **reqs;
+    size_t started;
+    dt_status hook_st;
+    dt_err hook_err;
+
+    dt_tfevents *tb;
+};
+
+/* ------------------------------------------------------------------------ collectives -- */
+
+static bool distributed(const dt_train_comm *c)
+{
+    return c->world > 1 && c->allreduce_start;
+}
+
+static dt_status allreduce(const dt_train_comm *c, float *buf, size_t n, dt_err *err)
+{
+    if (!distributed(c) || n == 0)
+        return DT_OK;
+    void *req = NULL;
+    DT_TRY(c->allreduce_start(c->ctx, buf, n, &req, err));
+    return c->wait(c->ctx, req, err);
+}
+
+static dt_status broadcast(const dt_train_comm *c, void *buf, size_t bytes, dt_err *err)
+{
+    if (c->world <= 1 || !c->broadcast || bytes == 0)
+        return DT_OK;
+    return c->broadcast(c->ctx, buf, bytes, 0, err);
+}
+
+/* Starts bucket t->started (grads final from its lo up). */
+static dt_status start_bucket(dt_trainer *t, dt_err *err)
+{
+    size_t n;
+    float *g = dt_model_grads(t->m, &n);
+    size_t k = t->started;
+    t->reqs[k] = NULL;
+    DT_TRY(t->comm->allreduce_start(t->comm->ctx, g + t->lo[k], t->hi[k] - t->lo[k], &t->reqs[k],
+                                    err));
+    t->started++;
+    return DT_OK;
+}
+
+/* The model's grad-ready hook: grads[offset, n) are final, so every bucket lying above offset
+ * can go on the wire while backward continues with the earlier layers. */
+static void on_grad_ready(void *ctx, size_t offset)
+{
+    dt_trainer *t = ctx;
+    if (!t->comm || !distributed(t->comm))
+        return;
+    while (t->hook_st == DT_OK && t->started < t->nbuckets && t->lo[t->started] >= offset)
+        t->hook_st = start_bucket(t, &t->hook_err);
+}
+
+/* Bucket plan: cut at layer boundaries once a bucket holds bucket_mb. Every replica computes
+ * the same plan from the same model, so they start the same all-reduces in the same order. */
+static dt_status plan_buckets(dt_trainer *t, dt_err *err)
+{
+    size_t np;
+    dt_model_params(t->m, &np);
+    size_t nw = dt_model_weight_count(t->m);
+    size_t *starts = malloc((nw + 1) * sizeof *starts);
+    t->lo = malloc((nw + 1) * sizeof *t->lo);
+    t->hi = malloc((nw + 1) * sizeof *t->hi);
+    t->reqs = calloc(nw + 1, sizeof *t->reqs);
+    if (!starts || !t->lo || !t->hi || !t->reqs) {
+        free(starts);
+        return dt_err_set(err, DT_ENOMEM, "train: out of memory");
+    }
+    /* The first trainable offset of each layer, ascending (layers are laid out in order). */
+    size_t ns = 0;
+    int last_layer = -1;
+    for (size_t i = 0; i < nw; i++) {
+        const dt_model_weight *w = dt_model_weight_at(t->m, i);
+        if (!w->trainable || w->layer == last_layer)
+            continue;
+        last_layer = w->layer;
+        if (!ns || w->offset > starts[ns - 1])
+            starts[ns++] = w->offset;
+    }
+    size_t cap = (size_t)(t->spec->bucket_mb * 1048576.0 / sizeof(float));
+    if (cap < 1)
+        cap = 1;
+    size_t hi = np;
+    t->nbuckets = 0;
+    for (size_t i = ns; i-- > 0;) {
+        if (starts[i] < hi && (hi - starts[i] >= cap || i == 0)) {
+            t->lo[t->nbuckets] = i == 0 ? 0 : starts[i];
+            t->hi[t->nbuckets++] = hi;
+            hi = t->lo[t->nbuckets - 1];
+        }
+    }
+    free(starts);
+    return DT_OK;
+}
+
+/* ----------------------------------------------------------------------------- setup -- */
+
+static dt_status open_pipeline(dt_trainer *t, const dt_dataset *ds, bool train, dt_pipeline **out,
+                               dt_err *err)
+{
+    dt_pipeline_opts o = dt_pipeline_opts_default();
+    o.global_batch = t->spec->batch_size;
+    o.num_replicas = t->opts.world;
+    o.replica_rank = t->opts.rank;
+    o.policy = train ? t->ds.shard_policy : DT_SHARD_DATA;
+    o.shuffle = train ? t->ds.shuffle : (dt_shuffle){.kind = DT_SHUFFLE_NONE};
+    o.seed = t->ds.seed;
+    o.prefetch = t->opts.prefetch;
+    dt_status st = dt_pipeline_new(ds, &o, out, err);
+    if (st != DT_OK)
+        dt_err_prefix(err, "%s: ", train ? "$.data.train" : "$.data.validation");
+    return st;
+}
+
+dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_trainer **out,
+                       dt_err *err)
+{
+    *out = NULL;
+    if (opts->world < 1 || opts->rank < 0 || opts->rank >= opts->world)
+        return dt_err_set(err, DT_EINVAL, "train: rank %d outside world %d", opts->rank,
+                          opts->world);
+    if (spec->batch_size % opts->world)
+        return dt_err_set(err, DT_EINVAL,
+                          "$.fit.batch_size: %d is the global batch and must be divisible by the "
+                          "%d replicas; use a multiple of %d",
+                          spec->batch_size, opts->world, opts->world);
+    dt_trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return dt_err_set(err, DT_ENOMEM, "train: out of memory");
+    t->spec = spec;
+    t->opts = *opts;
+    if (t->opts.data_timeout_ms <= 0)
+        t->opts.data_timeout_ms = 600000;
+    dt_status st;
+    DT_TRY_GOTO(dt__train_data_spec(spec, &t->ds, err), st, fail);
+    t->seed = t->ds.seed;
+    DT_TRY_GOTO(dt__train_build(spec, opts->ops, t->seed, &t->m, &t->loss, &t->cfg, err), st,
+                fail);
+    DT_TRY_GOTO(dt_optim_new(&t->cfg, t->m, &t->opt, err), st, fail);
+    if ((st = dt_dataset_load(&t->ds.train, &t->train, err)) != DT_OK) {
+        dt_err_prefix(err, "$.data.train: ");
+        goto fail;
+    }
+    DT_TRY_GOTO(dt__train_check_data(t->m, &t->loss, t->train, "$.data.train", true, err), st,
+                fail);
+    if (t->ds.has_validation) {
+        if ((st = dt_dataset_load(&t->ds.validation, &t->val, err)) != DT_OK) {
+            dt_err_prefix(err, "$.data.validation: ");
+            goto fail;
+        }
+        DT_TRY_GOTO(dt__train_check_data(t->m, &t->loss, t->val, "$.data.validation", true, err),
+                    st, fail);
+        DT_TRY_GOTO(open_pipeline(t, t->val, false, &t->pv, err), st, fail);
+    }
+    DT_TRY_GOTO(open_pipeline(t, t->train, true, &t->p, err), st, fail);
+    t->steps = dt_pipeline_steps_per_epoch(t->p);
+    if (spec->steps_per_epoch > 0) {
+        if (spec->steps_per_epoch > t->steps)
+            DT_WARN("train",
+                    "$.fit.steps_per_epoch: %" PRId64 " is more than the data gives (%" PRId64
+                    "); an epoch runs %" PRId64 " steps",
+                    spec->steps_per_epoch, t->steps, t->steps);
+        else
+            t->steps = spec->steps_per_epoch;
+    }
+    DT_TRY_GOTO(plan_buckets(t, err), st, fail);
+    dt_model_set_grad_ready(t->m, on_grad_ready, t);
+    if (opts->rank == 0) {
+        const char *dir = spec->checkpoint_dir;
+        char buf[4096];
+        if (!dir && opts->out_dir) {
+            snprintf(buf, sizeof buf, "%s/checkpoints", opts->out_dir);
+            dir = buf;
+        }
+        if (dir && !(t->ckpt_dir = strdup(dir))) {
+            st = dt_err_set(err, DT_ENOMEM, "train: out of memory");
+            goto fail;
+        }
+    }
+    *out = t;
+    return DT_OK;
+fail:
+    dt_train_free(t);
+    return st;
+}
+
+void dt_train_get_info(const dt_trainer *t, dt_train_info *info)
+{
+    memset(info, 0, sizeof *info);
+    size_t nt;
+    dt_model_param_counts(t->m, &info->params_total, &info->params_trainable, &nt);
+    info->train_examples = t->train->n;
+    info->local_examples = dt_pipeline_local_count(t->p);
+    info->val_examples = t->val ? t->val->n : 0;
+    info->steps_per_epoch = t->steps;
+    info->local_batch = dt_pipeline_local_batch(t->p);
+}
+
+dt_model *dt_train_model(dt_trainer *t)
+{
+    return t->m;
+}
+
+dt_optim *dt_train_optim(dt_trainer *t)
+{
+    return t->opt;
+}
+
+void dt_train_free(dt_trainer *t)
+{
+    if (!t)
+        return;
+    dt_pipeline_free(t->p);
+    dt_pipeline_free(t->pv);
+    dt_dataset_free(t->train);
+    dt_dataset_free(t->val);
+    dt_data_spec_destroy(&t->ds);
+    dt_optim_free(t->opt);
+    dt_model_free(t->m);
+    dt_tfevents_close(t->tb);
+    free(t->ckpt_dir);
+    free(t->lo);
+    free(t->hi);
+    free(t->reqs);
+    free(t);
+}
+
+/* ------------------------------------------------------------------------ checkpoints -- */
+
+/* Where training stands; broadcast from the chief at the start. */
+typedef struct position {
+    int64_t epoch;       /* epochs completed */
+    int64_t step;        /* steps done in epoch `epoch` */
+    int64_t global_step; /* optimizer iterations */
+    uint64_t rng[4];
+    int64_t resumed;
+} position;
+
+static dt_status save_checkpoint(dt_trainer *t, const position *pos, dt_err *err)
+{
+    if (!t->ckpt_dir)
+        return DT_OK;
+    DT_TRY(dt__train_mkdirs(t->ckpt_dir, err));
+    char path[4200], ep[32], st[32], gs[32], rng[80];
+    snprintf(path, sizeof path, "%s/ckpt-%" PRId64 ".safetensors", t->ckpt_dir, pos->global_step);
+    snprintf(ep, sizeof ep, "%" PRId64, pos->epoch);
+    snprintf(st, sizeof st, "%" PRId64, pos->step);
+    snprintf(gs, sizeof gs, "%" PRId64, pos->global_step);
+    const dt_rng *r = dt_model_rng(t->m);
+    snprintf(rng, sizeof rng, "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64, r->s[0],
+             r->s[1], r->s[2], r->s[3]);
+    const char *meta[] = {"format",    "dtrain-ckpt-1",  "epoch", ep,    "step",
+                          st,          "global_step",    gs,      "rng", rng,
+                          "spec_hash", t->spec->hash_hex, NULL,   NULL};
+    dt_status s = dt_train_save_weights(t->m, t->opt, meta, path, err);
+    if (s != DT_OK) {
+        dt_err_prefix(err, "checkpoint: ");
+        return s;
+    }
+    dt__train_prune_checkpoints(t->ckpt_dir, t->spec->keep);
+    DT_INFO("train", "checkpoint %s (epoch %" PRId64 ", step %" PRId64 ")", path, pos->epoch,
+            pos->step);
+    return DT_OK;
+}
+
+static int64_t meta_i64(const dt_st_file *f, const char *key)
+{
+    const char *v = dt_st_metadata(f, key);
+    return v ? strtoll(v, NULL, 10) : 0;
+}
+
+/* Chief: the latest checkpoint (resume), else initial_weights, else the seeded weights. */
+static dt_status load_start(dt_trainer *t, position *pos, dt_err *err)
+{
+    memset(pos, 0, sizeof *pos);
+    char *path = NULL;
+    dt_err e2 = {0};
+    if (t->opts.resume && t->ckpt_dir &&
+        dt_train_latest_checkpoint(t->ckpt_dir, &path, &e2) == DT_OK) {
+        dt_st_file *f;
+        dt_status st = dt_st_open(path, &f, err);
+        if (st == DT_OK) {
+            const char *h = dt_st_metadata(f, "spec_hash");
+            if (!h || strcmp(h, t->spec->hash_hex))
+                st = dt_err_set(err, DT_ESTATE,
+                                "checkpoint %s was written by another job spec (hash %s, this "
+                                "spec %s); remove it or use another checkpoint.dir",
+                                path, h ? h : "none", t->spec->hash_hex);
+            pos->epoch = meta_i64(f, "epoch");
+            pos->step = meta_i64(f, "step");
+            pos->global_step = meta_i64(f, "global_step");
+            const char *r = dt_st_metadata(f, "rng");
+            if (r && strlen(r) == 64)
+                for (int i = 0; i < 4; i++) {
+                    char w[17];
+                    memcpy(w, r + 16 * i, 16);
+                    w[16] = '\0';
+                    pos->rng[i] = strtoull(w, NULL, 16);
+                }
+            dt_st_free(f);
+        }
+        if (st == DT_OK)
+            st = dt_train_load_weights(t->m, t->opt, path, err);
+        if (st == DT_OK) {
+            DT_INFO("train", "resuming from %s: epoch %" PRId64 ", step %" PRId64, path,
+                    pos->epoch, pos->step);
+            pos->resumed = 1;
+            if (pos->rng[0] | pos->rng[1] | pos->rng[2] | pos->rng[3])
+                memcpy(dt_model_rng(t->m)->s, pos->rng, sizeof pos->rng);
+        }
+        free(path);
+        return st;
+    }
+    if (t->spec->initial_weights) {
+        dt_status st = dt_train_load_weights(t->m, NULL, t->spec->initial_weights, err);
+        if (st != DT_OK) {
+            dt_err_prefix(err, "$.initial_weights: ");
+            return st;
+        }
+    }
+    memcpy(pos->rng, dt_model_rng(t->m)->s, sizeof pos->rng);
+    return DT_OK;
+}
+
+static dt_status sync_start(dt_trainer *t, const dt_train_comm *c, position *pos, dt_err *err)
+{
+    if (c->rank == 0)
+        DT_TRY(load_start(t, pos, err));
+    DT_TRY(broadcast(c, pos, sizeof *pos, err));
+    size_t n;
+    float *p = dt_model_params(t->m, &n);
+    DT_TRY(broadcast(c, p, n * sizeof(float), err));
+    p = dt_model_state(t->m, &n);
+    DT_TRY(broadcast(c, p, n * sizeof(float), err));
+    dt_model_params(t->m, &n);
+    for (size_t k = 0; k < dt_optim_slot_count(t->opt); k++)
+        DT_TRY(broadcast(c, dt_optim_slot(t->opt, k, NULL), n * sizeof(float), err));
+    dt_optim_set_iterations(t->opt, pos->global_step);
+    memcpy(dt_model_rng(t->m)->s, pos->rng, sizeof pos->rng);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------------------------- step -- */
+
+typedef struct sums {
+    double loss, correct, n;
+} sums;
+
+/* One synchronous step; *stop is set when some replica asked to cancel. */
+static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch *b, sums *step,
+                          bool *stop, dt_err *err)
+{
+    size_t np;
+    float *g = dt_model_grads(t->m, &np);
+    t->comm = c;
+    t->started = 0;
+    t->hook_st = DT_OK;
+    dt_step_stats s = {0};
+    if (b->n > 0) {
+        dt_model_batch mb = {.x = b->x, .labels = b->y_i32, .targets = b->y_f32, .n = b->n};
+        /* The model scales by 1/global batch; global_n is the step's true count on all replicas,
+         * so short last steps average over what they really hold. */
+        DT_TRY(dt_model_train_step(t->m, &t->loss, &mb, (int)b->global_n, &s, err));
+    } else {
+        memset(g, 0, np * sizeof(float)); /* no examples: contribute nothing, still join */
+    }
+    if (t->hook_st != DT_OK) {
+        *err = t->hook_err;
+        return t->hook_st;
+    }
+    if (distributed(c)) {
+        while (t->started < t->nbuckets)
+            DT_TRY(start_bucket(t, err));
+        for (size_t k = 0; k < t->nbuckets; k++)
+            DT_TRY(c->wait(c->ctx, t->reqs[k], err));
+        size_t ns;
+        float *state = dt_model_state(t->m, &ns);
+        if (ns) {
+            DT_TRY(allreduce(c, state, ns, err));
+            float inv = 1.0f / (float)c->world;
+            for (size_t i = 0; i < ns; i++)
+                state[i] *= inv;
+        }
+    }
+    t->comm = NULL;
+    DT_TRY(dt_optim_step(t->opt, err));
+    bool cancel = t->opts.cancel && atomic_load(t->opts.cancel);
+    float mv[4] = {(float)(s.loss * b->n), (float)round(s.accuracy * b->n), (float)b->n,
+                   cancel ? 1.0f : 0.0f};
+    DT_TRY(allreduce(c, mv, 4, err));
+    step->loss = mv[0];
+    step->correct = mv[1];
+    step->n = mv[2];
+    *stop = mv[3] > 0;
+    return DT_OK;
+}
+
+static dt_status validate_epoch(dt_trainer *t, const dt_train_comm *c, int64_t epoch, sums *out,
+                                dt_err *err)
+{
+    double loss = 0, correct = 0, n = 0;
+    DT_TRY(dt_pipeline_epoch_begin(t->pv, epoch, err));
+    for (;;) {
+        const dt_batch *b;
+        DT_TRY(dt_pipeline_next(t->pv, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
+        if (!b)
+            break;
+        if (b->n == 0)
+            continue;
+        dt_model_batch mb = {.x = b->x, .labels = b->y_i32, .targets = b->y_f32, .n = b->n};
+        dt_step_stats s;
+        DT_TRY(dt_model_evaluate(t->m, &t->loss, &mb, &s, err));
+        loss += s.loss * b->n;
+        correct += round(s.accuracy * b->n);
+        n += b->n;
+    }
+    float v[3] = {(float)loss, (float)correct, (float)n};
+    DT_TRY(allreduce(c, v, 3, err));
+    out->loss = v[0];
+    out->correct = v[1];
+    out->n = v[2];
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------------------------- fit -- */
+
+static void tb_scalar(dt_trainer *t, const char *tag, int64_t step, double v)
+{
+    dt_err e = {0};
+    if (t->tb && dt_tfevents_scalar(t->tb, tag, step, v, &e) != DT_OK)
+        DT_WARN("train", "tensorboard: %s", e.msg);
+}
+
+static dt_status write_final(dt_trainer *t, const position *pos, dt_train_result *res,
+                             dt_err *err)
+{
+    if (!t->opts.out_dir)
+        return DT_OK;
+    DT_TRY(dt__train_mkdirs(t->opts.out_dir, err));
+    char path[4096], ep[32], gs[32];
+    if (snprintf(path, sizeof path, "%s/final.safetensors", t->opts.out_dir) >= (int)sizeof path)
+        return dt_err_set(err, DT_EINVAL, "%s: path too long", t->opts.out_dir);
+    snprintf(ep, sizeof ep, "%" PRId64, pos->epoch);
+    snprintf(gs, sizeof gs, "%" PRId64, pos->global_step);
+    const char *meta[] = {"format",      "dtrain-weights-1", "epoch",     ep,
+                          "global_step", gs,                 "spec_hash", t->spec->hash_hex,
+                          NULL,          NULL};
+    DT_TRY(dt_train_save_weights(t->m, NULL, meta, path, err));
+    snprintf(res->final_path, sizeof res->final_path, "%s", path);
+    return DT_OK;
+}
+
+static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res, dt_err *err)
+{
+    bool chief = c->rank == 0;
+    const dt_train_progress *pg = &t->opts.progress;
+    position pos;
+    DT_TRY(sync_start(t, c, &pos, err));
+    res->resumed = pos.resumed != 0;
+    res->resumed_step = pos.global_step;
+    if (chief && t->spec->tensorboard_dir && !t->tb)
+        DT_TRY(dt_tfevents_open(t->spec->tensorboard_dir, &t->tb, err));
+    bool ckpt_on = chief && t->ckpt_dir;
+    int epochs = t->spec->epochs;
+    if (pos.step >= t->steps) { /* a step checkpoint at an epoch's end */
+        pos.epoch++;
+        pos.step = 0;
+    }
+    for (; pos.epoch < epochs; pos.epoch++, pos.step = 0) {
+        int e = (int)pos.epoch;
+        DT_TRY(dt_pipeline_epoch_begin(t->p, e, err));
+        for (int64_t s = 0; s < pos.step; s++) { /* resuming mid-epoch: replay the order */
+            const dt_batch *b;
+            DT_TRY(dt_pipeline_next(t->p, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
+        }
+        if (pg->epoch_begin)
+            pg->epoch_begin(pg->ctx, e, epochs, t->steps);
+        sums ep = {0};
+        double t0 = dt_wall_s();
+        for (; pos.step < t->steps; pos.step++) {
+            double ts = dt_wall_s();
+            const dt_batch *b;
+            DT_TRY(dt_pipeline_next(t->p, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
+            if (!b)
+                return dt_err_set(err, DT_ESTATE, "train: the data ended at step %" PRId64
+                                                  " of %" PRId64,
+                                  pos.step, t->steps);
+            sums st = {0};
+            bool stop = false;
+            DT_TRY(run_step(t, c, b, &st, &stop, err));
+            pos.global_step++;
+            ep.loss += st.loss;
+            ep.correct += st.correct;
+            ep.n += st.n;
+            double now = dt_wall_s();
+            dt_train_step_info si = {
+                .epoch = e,
+                .epochs = epochs,
+                .step = pos.step + 1,
+                .steps = t->steps,
+                .global_step = pos.global_step,
+                .loss = ep.n > 0 ? ep.loss / ep.n : 0,
+                .accuracy = ep.n > 0 ? ep.correct / ep.n : 0,
+                .batch_loss = st.n > 0 ? st.loss / st.n : 0,
+                .samples_per_s = now > ts ? st.n / (now - ts) : 0,
+                .step_ms = (now - ts) * 1000,
+                .elapsed_s = now - t0,
+                .learning_rate = t->cfg.learning_rate,
+                .has_accuracy = t->spec->metric_accuracy,
+            };
+            if (pg->step_end)
+                pg->step_end(pg->ctx, &si);
+            if (chief) {
+                tb_scalar(t, "batch_loss", pos.global_step, si.batch_loss);
+                if (si.has_accuracy)
+                    tb_scalar(t, "batch_accuracy", pos.global_step, st.n ? st.correct / st.n : 0);
+                tb_scalar(t, "learning_rate", pos.global_step, si.learning_rate);
+                tb_scalar(t, "samples_per_s", pos.global_step, si.samples_per_s);
+            }
+            if (stop) {
+                position done = pos;
+                done.step++;
+                if (ckpt_on)
+                    DT_TRY(save_checkpoint(t, &done, err));
+                res->global_step = pos.global_step;
+                return dt_err_set(err, DT_ECANCELED,
+                                  "train: cancelled after epoch %d step %" PRId64, e + 1,
+                                  done.step);
+            }
+            if (ckpt_on && !t->spec->save_freq_epoch && t->spec->save_freq_steps > 0 &&
+                pos.global_step % t->spec->save_freq_steps == 0) {
+                position done = pos;
+                if (++done.step >= t->steps) {
+                    done.epoch++;
+                    done.step = 0;
+                }
+                DT_TRY(save_checkpoint(t, &done, err));
+            }
+        }
+        double secs = dt_wall_s() - t0;
+        dt_train_epoch_info ei = {
+            .epoch = e,
+            .epochs = epochs,
+            .steps = t->steps,
+            .loss = ep.n > 0 ? ep.loss / ep.n : 0,
+            .accuracy = ep.n > 0 ? ep.correct / ep.n : 0,
+            .has_accuracy = t->spec->metric_accuracy,
+            .seconds = secs,
+            .samples_per_s = secs > 0 ? ep.n / secs : 0,
+        };
+        if (t->pv && (e + 1) % t->spec->validation_freq == 0) {
+            sums v;
+            DT_TRY(validate_epoch(t, c, e, &v, err));
+            ei.has_val = v.n > 0;
+            ei.val_loss = v.n > 0 ? v.loss / v.n : 0;
+            ei.val_accuracy = v.n > 0 ? v.correct / v.n : 0;
+            res->has_val = ei.has_val;
+            res->val_loss = ei.val_loss;
+            res->val_accuracy = ei.val_accuracy;
+        }
+        res->loss = ei.loss;
+        res->accuracy = ei.accuracy;
+        res->epochs_done = e + 1;
+        res->global_step = pos.global_step;
+        if (pg->epoch_end)
+            pg->epoch_end(pg->ctx, &ei);
+        if (chief) {
+            tb_scalar(t, "epoch_loss", e, ei.loss);
+            if (ei.has_accuracy)
+                tb_scalar(t, "epoch_accuracy", e, ei.accuracy);
+            if (ei.has_val) {
+                tb_scalar(t, "epoch_val_loss", e, ei.val_loss);
+                if (ei.has_accuracy)
+                    tb_scalar(t, "epoch_val_accuracy", e, ei.val_accuracy);
+            }
+            tb_scalar(t, "epoch_samples_per_s", e, ei.samples_per_s);
+            dt_err fe = {0};
+            if (t->tb && dt_tfevents_flush(t->tb, &fe) != DT_OK)
+                DT_WARN("train", "tensorboard: %s", fe.msg);
+        }
+        if (ckpt_on && t->spec->save_freq_epoch) {
+            position done = pos;
+            done.epoch++;
+            done.step = 0;
+            DT_TRY(save_checkpoint(t, &done, err));
+        }
+    }
+    res->global_step = pos.global_step;
+    if (chief)
+        DT_TRY(write_final(t, &pos, res, err));
+    return DT_OK;
+}
+
+dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result *res,
+                       dt_err *err)
+{
+    dt_train_result local;
+    if (!res)
+        res = &local;
+    memset(res, 0, sizeof *res);
+    if (comm->world != t->opts.world || comm->rank != t->opts.rank)
+        return dt_err_set(err, DT_EINVAL,
+                          "train: the comm is rank %d of %d but the trainer was prepared for "
+                          "rank %d of %d",
+                          comm->rank, comm->world, t->opts.rank, t->opts.world);
+    if (comm->world > 1 && (!comm->allreduce_start || !comm->wait || !comm->broadcast))
+        return dt_err_set(err, DT_EINVAL, "train: the comm lacks a collective for world %d",
+                          comm->world);
+    dt_status st = fit(t, comm, res, err);
+    t->comm = NULL;
+    res->weights_hash = dt_train_weights_hash(t->m);
+    if (t->tb) {
+        dt_tfevents_close(t->tb);
+        t->tb = NULL;
+    }
+    return st;
+}

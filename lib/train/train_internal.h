@@ -1,0 +1,27 @@
+/* train_internal.h - helpers shared by the files of lib/train (dt__train_*). Not installed. */
+#ifndef DT_TRAIN_INTERNAL_H
+#define DT_TRAIN_INTERNAL_H
+
+#include "data/data.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "train/train.h"
+
+/* Builds the spec's model (seeded), its loss and (if cfg is not NULL) the optimizer config.
+ * Errors name $.model / $.compile.*. */
+dt_status dt__train_build(const dt_jobspec *spec, const dt_nn_ops *ops, uint64_t seed,
+                          dt_model **m, dt_loss *loss, dt_optim_cfg *cfg, dt_err *err);
+/* Parses a split object under the spec's data root and checks that its files lie inside it. */
+dt_status dt__train_source(const dt_jobspec *spec, const cJSON *obj, const char *json_path,
+                           dt_data_source *out, dt_err *err);
+/* Parses $.data the same way. */
+dt_status dt__train_data_spec(const dt_jobspec *spec, dt_data_spec *out, dt_err *err);
+/* Checks that a loaded split fits the model: features per example, labels for the loss. */
+dt_status dt__train_check_data(const dt_model *m, const dt_loss *loss, const dt_dataset *ds,
+                               const char *json_path, bool need_labels, dt_err *err);
+/* Deletes all but the keep newest ckpt-N.safetensors of dir (failures are logged). */
+void dt__train_prune_checkpoints(const char *dir, int keep);
+/* mkdir -p. */
+dt_status dt__train_mkdirs(const char *dir, dt_err *err);
+
+#endif
