@@ -27,8 +27,8 @@ dt_train_opts dt_train_opts_default(void)
     return o;
 }
 
-dt_status dt__train_build(const dt_jobspec *spec, const dt_nn_ops *ops, uint64_t seed,
-                          dt_model **m, dt_loss *loss, dt_optim_cfg *cfg, dt_err *err)
+dt_status dt__train_build(const dt_jobspec *spec, const dt_nn_ops *ops, uint64_t seed, dt_model **m,
+                          dt_loss *loss, dt_optim_cfg *cfg, dt_err *err)
 {
     *m = NULL;
     if (!spec->model_json)
@@ -133,8 +133,7 @@ dt_status dt__train_check_data(const dt_model *m, const dt_loss *loss, const dt_
                               json_path, ys, out);
         if (ds->y_kind == DT_LABEL_INT32)
             return dt_err_set(err, DT_ENOTSUP,
-                              "%s: integer labels need sparse_categorical_crossentropy",
-                              json_path);
+                              "%s: integer labels need sparse_categorical_crossentropy", json_path);
     }
     return DT_OK;
 }
@@ -169,8 +168,8 @@ dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err 
     dt_status st;
     DT_TRY(dt__train_build(spec, NULL, 0, &m, &loss, &cfg, err));
     DT_TRY_GOTO(dt_optim_new(&cfg, m, &opt, err), st, fail);
-    if (spec->initial_weights && (st = dt_train_load_weights(m, NULL, spec->initial_weights,
-                                                             err)) != DT_OK) {
+    if (spec->initial_weights &&
+        (st = dt_train_load_weights(m, NULL, spec->initial_weights, err)) != DT_OK) {
         dt_err_prefix(err, "$.initial_weights: ");
         goto fail;
     }
@@ -185,8 +184,7 @@ dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err 
             dt_err_prefix(err, "$.data.validation: ");
             goto fail;
         }
-        DT_TRY_GOTO(dt__train_check_data(m, &loss, va, "$.data.validation", true, err), st,
-                    fail);
+        DT_TRY_GOTO(dt__train_check_data(m, &loss, va, "$.data.validation", true, err), st, fail);
     }
     if (info) {
         memset(info, 0, sizeof *info);

@@ -24,7 +24,7 @@ struct dt_trainer {
     dt_data_spec ds;
     dt_dataset *train, *val;
     dt_pipeline *p, *pv;
-    int64_t steps; /* per epoch, as run */
+    int64_t steps;  /* per epoch, as run */
     char *ckpt_dir; /* chief's checkpoint dir, or NULL */
     uint64_t seed;
 
@@ -128,6 +128,7 @@ static dt_status plan_buckets(dt_trainer *t, dt_err *err)
         }
     }
     free(starts);
+    DT_DEBUG("train", "%zu fusion buckets over %zu gradients", t->nbuckets, np);
     return DT_OK;
 }
 
@@ -172,8 +173,7 @@ dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_tra
     dt_status st;
     DT_TRY_GOTO(dt__train_data_spec(spec, &t->ds, err), st, fail);
     t->seed = t->ds.seed;
-    DT_TRY_GOTO(dt__train_build(spec, opts->ops, t->seed, &t->m, &t->loss, &t->cfg, err), st,
-                fail);
+    DT_TRY_GOTO(dt__train_build(spec, opts->ops, t->seed, &t->m, &t->loss, &t->cfg, err), st, fail);
     DT_TRY_GOTO(dt_optim_new(&t->cfg, t->m, &t->opt, err), st, fail);
     if ((st = dt_dataset_load(&t->ds.train, &t->train, err)) != DT_OK) {
         dt_err_prefix(err, "$.data.train: ");
@@ -287,9 +287,9 @@ static dt_status save_checkpoint(dt_trainer *t, const position *pos, dt_err *err
     const dt_rng *r = dt_model_rng(t->m);
     snprintf(rng, sizeof rng, "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64, r->s[0],
              r->s[1], r->s[2], r->s[3]);
-    const char *meta[] = {"format",    "dtrain-ckpt-1",  "epoch", ep,    "step",
-                          st,          "global_step",    gs,      "rng", rng,
-                          "spec_hash", t->spec->hash_hex, NULL,   NULL};
+    const char *meta[] = {"format",    "dtrain-ckpt-1",   "epoch", ep,    "step",
+                          st,          "global_step",     gs,      "rng", rng,
+                          "spec_hash", t->spec->hash_hex, NULL,    NULL};
     dt_status s = dt_train_save_weights(t->m, t->opt, meta, path, err);
     if (s != DT_OK) {
         dt_err_prefix(err, "checkpoint: ");
@@ -340,8 +340,8 @@ static dt_status load_start(dt_trainer *t, position *pos, dt_err *err)
         if (st == DT_OK)
             st = dt_train_load_weights(t->m, t->opt, path, err);
         if (st == DT_OK) {
-            DT_INFO("train", "resuming from %s: epoch %" PRId64 ", step %" PRId64, path,
-                    pos->epoch, pos->step);
+            DT_INFO("train", "resuming from %s: epoch %" PRId64 ", step %" PRId64, path, pos->epoch,
+                    pos->step);
             pos->resumed = 1;
             if (pos->rng[0] | pos->rng[1] | pos->rng[2] | pos->rng[3])
                 memcpy(dt_model_rng(t->m)->s, pos->rng, sizeof pos->rng);
@@ -469,8 +469,7 @@ static void tb_scalar(dt_trainer *t, const char *tag, int64_t step, double v)
         DT_WARN("train", "tensorboard: %s", e.msg);
 }
 
-static dt_status write_final(dt_trainer *t, const position *pos, dt_train_result *res,
-                             dt_err *err)
+static dt_status write_final(dt_trainer *t, const position *pos, dt_train_result *res, dt_err *err)
 {
     if (!t->opts.out_dir)
         return DT_OK;
@@ -480,9 +479,8 @@ static dt_status write_final(dt_trainer *t, const position *pos, dt_train_result
         return dt_err_set(err, DT_EINVAL, "%s: path too long", t->opts.out_dir);
     snprintf(ep, sizeof ep, "%" PRId64, pos->epoch);
     snprintf(gs, sizeof gs, "%" PRId64, pos->global_step);
-    const char *meta[] = {"format",      "dtrain-weights-1", "epoch",     ep,
-                          "global_step", gs,                 "spec_hash", t->spec->hash_hex,
-                          NULL,          NULL};
+    const char *meta[] = {"format", "dtrain-weights-1", "epoch",           ep,   "global_step",
+                          gs,       "spec_hash",        t->spec->hash_hex, NULL, NULL};
     DT_TRY(dt_train_save_weights(t->m, NULL, meta, path, err));
     snprintf(res->final_path, sizeof res->final_path, "%s", path);
     return DT_OK;
@@ -520,9 +518,9 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             const dt_batch *b;
             DT_TRY(dt_pipeline_next(t->p, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
             if (!b)
-                return dt_err_set(err, DT_ESTATE, "train: the data ended at step %" PRId64
-                                                  " of %" PRId64,
-                                  pos.step, t->steps);
+                return dt_err_set(err, DT_ESTATE,
+                                  "train: the data ended at step %" PRId64 " of %" PRId64, pos.step,
+                                  t->steps);
             sums st = {0};
             bool stop = false;
             DT_TRY(run_step(t, c, b, &st, &stop, err));
@@ -629,8 +627,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     return DT_OK;
 }
 
-dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result *res,
-                       dt_err *err)
+dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result *res, dt_err *err)
 {
     dt_train_result local;
     if (!res)

@@ -112,8 +112,8 @@ static dt_status npy_header(dt_buf *b, size_t n, size_t k, dt_err *err)
     size_t total = 10 + (size_t)dl + 1;
     size_t pad = (64 - total % 64) % 64;
     uint16_t hl = (uint16_t)(dl + pad + 1);
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff),
-                             (unsigned char)(hl >> 8)};
+    unsigned char pre[10] = {
+        0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff), (unsigned char)(hl >> 8)};
     DT_TRY(dt_buf_append(b, pre, sizeof pre, err));
     DT_TRY(dt_buf_append(b, dict, (size_t)dl, err));
     for (size_t i = 0; i < pad; i++)

@@ -9,8 +9,8 @@
 
 /* Builds the spec's model (seeded), its loss and (if cfg is not NULL) the optimizer config.
  * Errors name $.model / $.compile.*. */
-dt_status dt__train_build(const dt_jobspec *spec, const dt_nn_ops *ops, uint64_t seed,
-                          dt_model **m, dt_loss *loss, dt_optim_cfg *cfg, dt_err *err);
+dt_status dt__train_build(const dt_jobspec *spec, const dt_nn_ops *ops, uint64_t seed, dt_model **m,
+                          dt_loss *loss, dt_optim_cfg *cfg, dt_err *err);
 /* Parses a split object under the spec's data root and checks that its files lie inside it. */
 dt_status dt__train_source(const dt_jobspec *spec, const cJSON *obj, const char *json_path,
                            dt_data_source *out, dt_err *err);

@@ -34,8 +34,8 @@ dt_status dt_train_save_weights(const dt_model *m, dt_optim *o, const char *cons
             goto done;
         }
         DT_TRY_GOTO(dt_model_get_weight(m, wt->name, host[i], wt->size, err), st, done);
-        DT_TRY_GOTO(dt_st_writer_add(w, wt->name, DT_ST_F32, wt->ndim, wt->shape, host[i], err),
-                    st, done);
+        DT_TRY_GOTO(dt_st_writer_add(w, wt->name, DT_ST_F32, wt->ndim, wt->shape, host[i], err), st,
+                    done);
     }
     size_t nslots = o ? dt_optim_slot_count(o) : 0;
     for (size_t k = 0; k < nslots; k++) {
@@ -47,9 +47,9 @@ dt_status dt_train_save_weights(const dt_model *m, dt_optim *o, const char *cons
                 continue;
             char name[DT_NN_NAME_LEN + 128];
             snprintf(name, sizeof name, OPT_PREFIX "%s/%s", wt->name, slot);
-            DT_TRY_GOTO(dt_st_writer_add(w, name, DT_ST_F32, wt->ndim, wt->shape,
-                                         buf + wt->offset, err),
-                        st, done);
+            DT_TRY_GOTO(
+                dt_st_writer_add(w, name, DT_ST_F32, wt->ndim, wt->shape, buf + wt->offset, err),
+                st, done);
         }
     }
     if (o) {
@@ -252,8 +252,8 @@ dt_status dt_train_export(const char *weights_path, const char *out_path, dt_err
     for (size_t i = 0; i < dt_st_count(f); i++) {
         const dt_st_tensor *t = dt_st_at(f, i);
         if (strncmp(t->name, OPT_PREFIX, strlen(OPT_PREFIX)))
-            DT_TRY_GOTO(dt_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, err),
-                        st, done);
+            DT_TRY_GOTO(dt_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, err), st,
+                        done);
     }
     DT_TRY_GOTO(dt_st_writer_set_metadata(w, "format", "dtrain-weights-1", err), st, done);
     static const char *const keep[] = {"model", "spec_hash", "epoch", "global_step"};

@@ -1,0 +1,231 @@
+/* Unit tests of lib/train's fit: R = 2 and R = 4 replicas (threads over a shared-memory comm)
+ * follow the one-replica run, end bit-identical, survive uneven shards, stop together on a
+ * cancel, and resume from a checkpoint to the very same weights. */
+#include "test_train_util.h"
+
+#include "io/safetensors.h"
+#include "nn/model.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <sys/stat.h>
+
+/* 193 examples over 4 replicas: shards of 49, 48, 48, 48, so the last step of an epoch has 1
+ * example on rank 0 and none on the others. */
+#define N_TRAIN 193
+#define N_VAL   50
+
+static void check_follows(const tt_replica *one, const tt_replica *reps, int world)
+{
+    for (int r = 0; r < world; r++) {
+        if (reps[r].st != DT_OK)
+            fprintf(stderr, "R=%d rank %d: %s\n", world, r, reps[r].err.msg);
+        ASSERT_EQ(reps[r].st, DT_OK);
+        ASSERT_EQ(reps[r].res.weights_hash, reps[0].res.weights_hash); /* bit-identical */
+        ASSERT_EQ(reps[r].nlosses, one->nlosses);
+    }
+    for (int i = 0; i < one->nlosses; i++) {
+        double a = one->losses[i], b = reps[0].losses[i];
+        if (fabs(a - b) > 1e-5 * fabs(a))
+            fprintf(stderr, "R=%d step %d: loss %.9g vs %.9g\n", world, i, b, a);
+        ASSERT_TRUE(fabs(a - b) <= 1e-5 * fabs(a));
+    }
+    ASSERT_EQ(reps[0].nparams, one->nparams);
+    double maxd = 0;
+    for (size_t i = 0; i < one->nparams; i++) {
+        double d = fabs((double)one->params[i] - reps[0].params[i]);
+        maxd = d > maxd ? d : maxd;
+    }
+    printf("R=%d: max |w - w(R=1)| after one epoch = %.3g, val acc %.4f vs %.4f\n", world, maxd,
+           reps[0].res.val_accuracy, one->res.val_accuracy);
+    ASSERT_TRUE(maxd <= 1e-4);
+    ASSERT_NEAR(reps[0].res.val_loss, one->res.val_loss, 1e-4);
+}
+
+DT_TEST_TIMEOUT(train_replicas_follow_one, 120)
+{
+    tt_setup(N_TRAIN, N_VAL);
+    dt_jobspec spec;
+    tt_parse(tt_spec(1, 16, "\"adam\"", ""), &spec);
+    dt_train_opts o = dt_train_opts_default();
+    tt_replica one[1], two[2], four[4];
+    tt_run(&spec, 1, &o, -1, 0, one);
+    if (one[0].st != DT_OK)
+        fprintf(stderr, "R=1: %s\n", one[0].err.msg);
+    ASSERT_EQ(one[0].st, DT_OK);
+    ASSERT_EQ(one[0].nlosses, 13); /* ceil(193 / 16) */
+    ASSERT_TRUE(one[0].res.has_val);
+    tt_run(&spec, 2, &o, -1, 0, two);
+    check_follows(&one[0], two, 2);
+    /* R = 4 with buckets of ~26 floats: many all-reduces, started from the grad-ready hook */
+    dt_jobspec small;
+    tt_parse(tt_spec(1, 16, "\"adam\"", ", \"strategy\": {\"bucket_mb\": 0.0001}"), &small);
+    tt_run(&small, 4, &o, -1, 0, four);
+    check_follows(&one[0], four, 4);
+    dt_jobspec_destroy(&small);
+    tt_free(one, 1);
+    tt_free(two, 2);
+    tt_free(four, 4);
+    dt_jobspec_destroy(&spec);
+}
+
+DT_TEST_TIMEOUT(train_learns, 120)
+{
+    tt_setup(512, 128);
+    dt_jobspec spec;
+    tt_parse(
+        tt_spec(4, 32, "{\"class_name\": \"Adam\", \"config\": {\"learning_rate\": 0.01}}", ""),
+        &spec);
+    dt_train_opts o = dt_train_opts_default();
+    tt_replica two[2];
+    tt_run(&spec, 2, &o, -1, 0, two);
+    ASSERT_EQ(two[0].st, DT_OK);
+    ASSERT_EQ(two[1].st, DT_OK);
+    ASSERT_EQ(two[0].res.epochs_done, 4);
+    ASSERT_EQ(two[0].res.global_step, 4 * 16);
+    printf("val accuracy %.4f, loss %.4f -> %.4f\n", two[0].res.val_accuracy, two[0].losses[0],
+           two[0].res.loss);
+    ASSERT_TRUE(two[0].res.val_accuracy > 0.8);
+    ASSERT_TRUE(two[0].res.loss < two[0].losses[0]);
+    ASSERT_EQ(two[0].res.weights_hash, two[1].res.weights_hash);
+    tt_free(two, 2);
+    dt_jobspec_destroy(&spec);
+}
+
+/* Shard sizes in every combination of remainders: no replica count hangs or fails. */
+DT_TEST_TIMEOUT(train_uneven_shards_complete, 120)
+{
+    static const int sizes[] = {5, 6, 7, 9, 33};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        tt_setup(sizes[i], 3);
+        dt_jobspec spec;
+        tt_parse(tt_spec(2, 8, "\"sgd\"", ""), &spec);
+        dt_train_opts o = dt_train_opts_default();
+        tt_replica reps[4];
+        tt_run(&spec, 4, &o, -1, 0, reps);
+        for (int r = 0; r < 4; r++) {
+            if (reps[r].st != DT_OK)
+                fprintf(stderr, "n=%d rank %d: %s\n", sizes[i], r, reps[r].err.msg);
+            ASSERT_EQ(reps[r].st, DT_OK);
+            ASSERT_EQ(reps[r].res.weights_hash, reps[0].res.weights_hash);
+            ASSERT_EQ(reps[r].res.global_step, 2 * ((sizes[i] + 7) / 8));
+        }
+        tt_free(reps, 4);
+        dt_jobspec_destroy(&spec);
+    }
+}
+
+DT_TEST_TIMEOUT(train_cancel_stops_all, 60)
+{
+    tt_setup(N_TRAIN, N_VAL);
+    dt_jobspec spec;
+    tt_parse(tt_spec(3, 16, "\"adam\"", ""), &spec);
+    dt_train_opts o = dt_train_opts_default();
+    tt_replica reps[2];
+    /* Only rank 1 sees the cancel, set during step 5: every rank stops after step 6, the
+     * first step that carries the flag in its metrics all-reduce. */
+    tt_run(&spec, 2, &o, 1, 5, reps);
+    for (int r = 0; r < 2; r++) {
+        ASSERT_EQ(reps[r].st, DT_ECANCELED);
+        ASSERT_CONTAINS(reps[r].err.msg, "cancelled");
+        ASSERT_EQ(reps[r].res.global_step, 6);
+        ASSERT_EQ(reps[r].res.weights_hash, reps[0].res.weights_hash);
+    }
+    tt_free(reps, 2);
+    dt_jobspec_destroy(&spec);
+}
+
+static int count_ckpts(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strncmp(e->d_name, "ckpt-", 5) == 0;
+    closedir(d);
+    return n;
+}
+
+/* A run cancelled mid-epoch and resumed from its checkpoint ends with the weights of a run
+ * that never stopped (same data order, optimizer slots and iterations restored). */
+DT_TEST_TIMEOUT(train_checkpoint_resume, 120)
+{
+    tt_setup(N_TRAIN, N_VAL);
+    char ref_dir[1024], run_dir[1024], ck[1100];
+    snprintf(ref_dir, sizeof ref_dir, "%s/ref", dt_test_tmpdir());
+    snprintf(run_dir, sizeof run_dir, "%s/run", dt_test_tmpdir());
+    dt_jobspec spec;
+    tt_parse(tt_spec(2, 16, "\"adam\"",
+                     ", \"checkpoint\": {\"save_freq\": 4, \"keep\": 2}, \"tensorboard\": "
+                     "{\"log_dir\": \"tb\"}"),
+             &spec);
+    dt_train_opts o = dt_train_opts_default();
+
+    tt_replica ref[2];
+    o.out_dir = ref_dir;
+    tt_run(&spec, 2, &o, -1, 0, ref);
+    ASSERT_EQ(ref[0].st, DT_OK);
+    ASSERT_EQ(ref[0].res.global_step, 26);
+    snprintf(ck, sizeof ck, "%s/checkpoints", ref_dir);
+    ASSERT_EQ(count_ckpts(ck), 2); /* keep 2 of 6 */
+    char *latest = NULL;
+    dt_err err = {0};
+    ASSERT_OK(dt_train_latest_checkpoint(ck, &latest, &err), &err);
+    ASSERT_CONTAINS(latest, "ckpt-24.safetensors");
+    dt_st_file *f;
+    ASSERT_OK(dt_st_open(latest, &f, &err), &err);
+    ASSERT_STREQ(dt_st_metadata(f, "spec_hash"), spec.hash_hex);
+    ASSERT_STREQ(dt_st_metadata(f, "epoch"), "1");
+    ASSERT_STREQ(dt_st_metadata(f, "step"), "11");
+    ASSERT_STREQ(dt_st_metadata(f, "iterations"), "24");
+    ASSERT_TRUE(dt_st_find(f, "conv/kernel") != NULL);
+    ASSERT_TRUE(dt_st_find(f, "optimizer/conv/kernel/momentum") != NULL ||
+                dt_st_find(f, "optimizer/conv/kernel/m") != NULL || dt_st_count(f) > 8);
+    dt_st_free(f);
+    free(latest);
+    char final[1100];
+    snprintf(final, sizeof final, "%s/final.safetensors", ref_dir);
+    ASSERT_STREQ(ref[0].res.final_path, final);
+    struct stat sb;
+    ASSERT_EQ(stat(final, &sb), 0);
+    char tb[1100];
+    snprintf(tb, sizeof tb, "%s/tb", dt_test_tmpdir());
+    DIR *d = opendir(tb);
+    ASSERT_TRUE(d != NULL);
+    int events = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        events += strncmp(e->d_name, "events.out.tfevents.", 20) == 0;
+    closedir(d);
+    ASSERT_EQ(events, 1);
+
+    /* cancelled during step 10, so stopped after 11 (checkpoint at 8 and at the stop), then
+     * resumed */
+    tt_replica run[2];
+    o.out_dir = run_dir;
+    tt_run(&spec, 2, &o, 0, 10, run);
+    ASSERT_EQ(run[0].st, DT_ECANCELED);
+    ASSERT_EQ(run[1].st, DT_ECANCELED);
+    o.resume = true;
+    tt_run(&spec, 2, &o, -1, 0, run + 0);
+    ASSERT_EQ(run[0].st, DT_OK);
+    ASSERT_TRUE(run[0].res.resumed);
+    ASSERT_EQ(run[0].res.resumed_step, 11);
+    ASSERT_EQ(run[0].nlosses, 15); /* steps 12..26 */
+    ASSERT_EQ(run[0].res.global_step, 26);
+    ASSERT_EQ(run[0].res.weights_hash, ref[0].res.weights_hash);
+    ASSERT_EQ(run[1].res.weights_hash, ref[0].res.weights_hash);
+    tt_free(ref, 2);
+    tt_free(run, 2);
+
+    /* a checkpoint of another spec is refused */
+    dt_jobspec other;
+    tt_parse(tt_spec(3, 16, "\"adam\"", ", \"checkpoint\": {\"save_freq\": 4}"), &other);
+    tt_replica x[1];
+    tt_run(&other, 1, &o, -1, 0, x);
+    ASSERT_EQ(x[0].st, DT_ESTATE);
+    ASSERT_CONTAINS(x[0].err.msg, "another job spec");
+    tt_free(x, 1);
+    dt_jobspec_destroy(&other);
+    dt_jobspec_destroy(&spec);
+}

@@ -1,0 +1,294 @@
+/* test_train_util.h - helpers of the train tests: a synthetic IDX data set that a small CNN can
+ * learn, job specs around it, and a shared-memory comm that runs R replicas as threads.
+ * Header-only (static) so each test file stays self-contained. */
+#ifndef DT_TEST_TRAIN_UTIL_H
+#define DT_TEST_TRAIN_UTIL_H
+
+#include "dt_test.h"
+
+#include "config/jobspec.h"
+#include "core/rng.h"
+#include "nn/model.h"
+#include "train/train.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------------------ data -- */
+
+static void tt_put_be32(FILE *f, uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 8), (unsigned char)v};
+    fwrite(b, 1, 4, f);
+}
+
+/* n examples of 8x8 uint8 images in 4 classes: class c brightens quadrant c, plus noise. */
+static void tt_write_idx(const char *dir, const char *stem, int n, uint64_t seed)
+{
+    char p[1024];
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    snprintf(p, sizeof p, "%s/%s-images-idx3-ubyte", dir, stem);
+    FILE *fi = fopen(p, "wb");
+    snprintf(p, sizeof p, "%s/%s-labels-idx1-ubyte", dir, stem);
+    FILE *fl = fopen(p, "wb");
+    ASSERT_TRUE(fi && fl);
+    tt_put_be32(fi, 0x803);
+    tt_put_be32(fi, (uint32_t)n);
+    tt_put_be32(fi, 8);
+    tt_put_be32(fi, 8);
+    tt_put_be32(fl, 0x801);
+    tt_put_be32(fl, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        int c = (int)dt_rng_below(&r, 4);
+        unsigned char img[64];
+        for (int y = 0; y < 8; y++)
+            for (int x = 0; x < 8; x++) {
+                int q = (y >= 4) * 2 + (x >= 4);
+                int v = (int)dt_rng_below(&r, 120) + (q == c ? 110 : 0);
+                img[y * 8 + x] = (unsigned char)v;
+            }
+        fwrite(img, 1, 64, fi);
+        unsigned char lb = (unsigned char)c;
+        fwrite(&lb, 1, 1, fl);
+    }
+    fclose(fi);
+    fclose(fl);
+}
+
+#define TT_MODEL                                                                                   \
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"tiny\", \"layers\": ["              \
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8, 8, 1], "       \
+    "\"name\": \"in\"}}, "                                                                         \
+    "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"conv\", \"filters\": 4, "               \
+    "\"kernel_size\": [3, 3], \"activation\": \"relu\"}}, "                                        \
+    "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"flat\"}}, "                            \
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"hidden\", \"units\": 16, "               \
+    "\"activation\": \"relu\"}}, "                                                                 \
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 4}}]}}"
+
+/* A job spec over data written by tt_write_idx("train", "val") in the data root; extra is
+ * appended inside the top-level object (", \"checkpoint\": {...}" or ""). */
+static const char *tt_spec(int epochs, int batch, const char *optimizer, const char *extra)
+{
+    static char buf[16384];
+    snprintf(buf, sizeof buf,
+             "{\"name\": \"tiny\", \"model\": " TT_MODEL ", "
+             "\"compile\": {\"optimizer\": %s, \"loss\": {\"class_name\": "
+             "\"SparseCategoricalCrossentropy\", \"config\": {\"from_logits\": true}}, "
+             "\"metrics\": [\"accuracy\"]}, "
+             "\"data\": {\"train\": {\"format\": \"idx\", \"images\": "
+             "\"train-images-idx3-ubyte\", \"labels\": \"train-labels-idx1-ubyte\", \"scale\": "
+             "0.00392156862745098, \"image_shape\": [8, 8, 1]}, "
+             "\"validation\": {\"format\": \"idx\", \"images\": \"val-images-idx3-ubyte\", "
+             "\"labels\": \"val-labels-idx1-ubyte\", \"scale\": 0.00392156862745098, "
+             "\"image_shape\": [8, 8, 1]}, \"shuffle\": false, \"seed\": 7, "
+             "\"shard_policy\": \"DATA\"}, "
+             "\"fit\": {\"epochs\": %d, \"batch_size\": %d}%s}",
+             optimizer, epochs, batch, extra ? extra : "");
+    return buf;
+}
+
+/* Data root = state dir = the test's tmp dir; n_train / n_val synthetic examples. */
+static void tt_setup(int n_train, int n_val)
+{
+    tt_write_idx(dt_test_tmpdir(), "train", n_train, 1);
+    tt_write_idx(dt_test_tmpdir(), "val", n_val, 2);
+}
+
+static void tt_parse(const char *text, dt_jobspec *s)
+{
+    dt_err err = {0};
+    dt_jobspec_roots r = {.data_root = dt_test_tmpdir(), .state_dir = dt_test_tmpdir()};
+    ASSERT_OK(dt_jobspec_parse(text, strlen(text), &r, s, &err), &err);
+}
+
+/* ------------------------------------------------------------- shared-memory comm -- */
+
+#define TT_MAX_WORLD 8
+
+typedef struct tt_shm {
+    int world;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived;
+    uint64_t gen;
+    bool aborted;
+    void *bufs[TT_MAX_WORLD];
+} tt_shm;
+
+typedef struct tt_rank {
+    tt_shm *s;
+    int rank;
+} tt_rank;
+
+static void tt_shm_init(tt_shm *s, int world)
+{
+    memset(s, 0, sizeof *s);
+    s->world = world;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+}
+
+static void tt_shm_abort(tt_shm *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->aborted = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Every rank waits here; a failed rank aborts the others instead of leaving them waiting. */
+static dt_status tt_barrier(tt_shm *s, dt_err *err)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t g = s->gen;
+    if (++s->arrived == s->world) {
+        s->arrived = 0;
+        s->gen++;
+        pthread_cond_broadcast(&s->cv);
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 30;
+    int rc = 0;
+    while (s->gen == g && !s->aborted && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&s->cv, &s->mu, &dl);
+    bool ab = s->aborted && s->gen == g;
+    pthread_mutex_unlock(&s->mu);
+    if (ab)
+        return dt_err_set(err, DT_EPEER, "shm comm: another rank failed");
+    if (rc == ETIMEDOUT)
+        return dt_err_set(err, DT_ETIMEDOUT, "shm comm: barrier timed out");
+    return DT_OK;
+}
+
+/* Blocking: every rank sums all buffers in rank order, so the results are bit-identical. */
+static dt_status tt_allreduce_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+{
+    tt_rank *r = ctx;
+    *req = NULL;
+    r->s->bufs[r->rank] = buf;
+    DT_TRY(tt_barrier(r->s, err));
+    float *sum = calloc(n, sizeof *sum);
+    if (!sum)
+        return dt_err_set(err, DT_ENOMEM, "shm comm: out of memory");
+    for (int k = 0; k < r->s->world; k++) {
+        const float *b = r->s->bufs[k];
+        for (size_t i = 0; i < n; i++)
+            sum[i] += b[i];
+    }
+    dt_status st = tt_barrier(r->s, err);
+    if (st == DT_OK)
+        memcpy(buf, sum, n * sizeof *sum);
+    free(sum);
+    return st;
+}
+
+static dt_status tt_wait(void *ctx, void *req, dt_err *err)
+{
+    (void)ctx, (void)req, (void)err;
+    return DT_OK;
+}
+
+static dt_status tt_broadcast(void *ctx, void *buf, size_t bytes, int root, dt_err *err)
+{
+    tt_rank *r = ctx;
+    r->s->bufs[r->rank] = buf;
+    DT_TRY(tt_barrier(r->s, err));
+    if (r->rank != root)
+        memcpy(buf, r->s->bufs[root], bytes);
+    return tt_barrier(r->s, err);
+}
+
+/* ---------------------------------------------------------------- R replicas as threads -- */
+
+#define TT_MAX_STEPS 256
+
+typedef struct tt_replica {
+    tt_shm *s;
+    tt_rank rk;
+    const dt_jobspec *spec;
+    dt_train_opts opts;
+    int cancel_at_step; /* 0: never; else set the cancel flag at this global step */
+    atomic_bool cancel;
+    /* out */
+    dt_status st;
+    dt_err err;
+    dt_train_result res;
+    double losses[TT_MAX_STEPS];
+    int nlosses;
+    float *params; /* copy of the final params (malloc'd) */
+    size_t nparams;
+} tt_replica;
+
+static void tt_on_step(void *ctx, const dt_train_step_info *si)
+{
+    tt_replica *r = ctx;
+    if (r->nlosses < TT_MAX_STEPS)
+        r->losses[r->nlosses++] = si->batch_loss;
+    if (r->cancel_at_step && si->global_step == r->cancel_at_step)
+        atomic_store(&r->cancel, true);
+}
+
+static void *tt_replica_main(void *arg)
+{
+    tt_replica *r = arg;
+    r->opts.rank = r->rk.rank;
+    r->opts.world = r->s->world;
+    r->opts.cancel = &r->cancel;
+    r->opts.progress = (dt_train_progress){.ctx = r, .step_end = tt_on_step};
+    dt_trainer *t = NULL;
+    r->st = dt_train_new(r->spec, &r->opts, &t, &r->err);
+    if (r->st == DT_OK) {
+        dt_train_comm c = {.ctx = &r->rk,
+                           .rank = r->rk.rank,
+                           .world = r->s->world,
+                           .allreduce_start = tt_allreduce_start,
+                           .wait = tt_wait,
+                           .broadcast = tt_broadcast};
+        r->st = dt_train_fit(t, &c, &r->res, &r->err);
+        size_t n;
+        const float *p = dt_model_params(dt_train_model(t), &n);
+        r->params = malloc(n * sizeof(float));
+        memcpy(r->params, p, n * sizeof(float));
+        r->nparams = n;
+    }
+    if (r->st != DT_OK && r->st != DT_ECANCELED)
+        tt_shm_abort(r->s);
+    dt_train_free(t);
+    return NULL;
+}
+
+/* Runs fit on world replicas (threads); reps[0..world) are filled. opts is a template
+ * (out_dir, resume). */
+static void tt_run(const dt_jobspec *spec, int world, const dt_train_opts *opts, int cancel_rank,
+                   int cancel_at_step, tt_replica *reps)
+{
+    static tt_shm shm;
+    tt_shm_init(&shm, world);
+    pthread_t th[TT_MAX_WORLD];
+    for (int i = 0; i < world; i++) {
+        memset(&reps[i], 0, sizeof reps[i]);
+        reps[i].s = &shm;
+        reps[i].rk = (tt_rank){&shm, i};
+        reps[i].spec = spec;
+        reps[i].opts = *opts;
+        reps[i].cancel_at_step = i == cancel_rank ? cancel_at_step : 0;
+        atomic_init(&reps[i].cancel, false);
+        pthread_create(&th[i], NULL, tt_replica_main, &reps[i]);
+    }
+    for (int i = 0; i < world; i++)
+        pthread_join(th[i], NULL);
+}
+
+static void tt_free(tt_replica *reps, int world)
+{
+    for (int i = 0; i < world; i++)
+        free(reps[i].params);
+}
+
+#endif
