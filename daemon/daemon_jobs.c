@@ -37,9 +37,9 @@ typedef struct jcall jcall;
 struct jcall {
     uv_work_t work;
     dt_jobs *j;
-    void (*run)(jcall *c);                /* pool thread */
-    void (*done)(dt_jobs *j, jcall *c);   /* loop thread, unless the service is closing */
-    dt_rpc_call *call;                    /* the client call to answer, if any */
+    void (*run)(jcall *c);              /* pool thread */
+    void (*done)(dt_jobs *j, jcall *c); /* loop thread, unless the service is closing */
+    dt_rpc_call *call;                  /* the client call to answer, if any */
     char id[JOB_ID_LEN];
     int rank;
     uint64_t generation;
@@ -187,7 +187,8 @@ static void jcall_queue(dt_jobs *j, jcall *c)
     uv_queue_work(j->o.loop, &c->work, work_cb, after_work_cb);
 }
 
-/* --- JobInfo and events on the wire -------------------------------------------------------------- */
+/* --- JobInfo and events on the wire --------------------------------------------------------------
+ */
 
 /* Storage for one JobInfo's arrays; strings are borrowed from the job. */
 typedef struct info_buf {
@@ -196,8 +197,7 @@ typedef struct info_buf {
     Dtrain__V1__Metric *mp[JOB_MAX_METRICS];
 } info_buf;
 
-static void fill_metrics(const jmetric *src, int n, Dtrain__V1__Metric *m,
-                         Dtrain__V1__Metric **mp)
+static void fill_metrics(const jmetric *src, int n, Dtrain__V1__Metric *m, Dtrain__V1__Metric **mp)
 {
     for (int i = 0; i < n; i++) {
         dtrain__v1__metric__init(&m[i]);
@@ -270,6 +270,10 @@ static void state_event(dt_jobs *j, job *jb, const char *message)
 static void merge_metrics(job *jb, const jevent *ev)
 {
     for (int i = 0; i < ev->nmetrics; i++) {
+        if (strcmp(ev->metrics[i].name, "global_step") == 0) { /* a position, not a metric */
+            jb->global_step = (uint64_t)ev->metrics[i].value;
+            continue;
+        }
         int k = 0;
         while (k < jb->nmetrics && strcmp(jb->metrics[k].name, ev->metrics[i].name) != 0)
             k++;
@@ -295,10 +299,9 @@ void dt__jobs_chief_event(dt_jobs *j, const char *id, jevent *ev)
         jb->epochs = ev->epochs;
     if (ev->steps)
         jb->steps_per_epoch = ev->steps;
-    if (strcmp(ev->kind, "step") == 0) {
+    if (strcmp(ev->kind, "step") == 0)
         jb->step = ev->step;
-        jb->global_step++;
-    } else if (strcmp(ev->kind, "epoch_begin") == 0) {
+    else if (strcmp(ev->kind, "epoch_begin") == 0) {
         jb->step = 0;
     }
     merge_metrics(jb, ev);
@@ -308,7 +311,8 @@ void dt__jobs_chief_event(dt_jobs *j, const char *id, jevent *ev)
     finish_watchers(j, jb->id, false);
 }
 
-/* --- ending a job ------------------------------------------------------------------------------ */
+/* --- ending a job ------------------------------------------------------------------------------
+ */
 
 static void send_cancel_done(dt_jobs *j, jcall *c)
 {
@@ -392,7 +396,8 @@ static void maybe_release(dt_jobs *j)
     maybe_start(j);
 }
 
-/* --- starting a job ----------------------------------------------------------------------------- */
+/* --- starting a job -----------------------------------------------------------------------------
+ */
 
 static void start_done(dt_jobs *j, jcall *c)
 {
@@ -565,8 +570,7 @@ static void on_prepared(dt_jobs *j, dt_rpc_call *call)
             if (req->steps_per_epoch)
                 jb->steps_per_epoch = req->steps_per_epoch;
             DT_INFO("jobs", "job %s: rank %u prepared (%llu examples, %llu parameters)", jb->id,
-                    req->rank, (unsigned long long)req->examples,
-                    (unsigned long long)req->params);
+                    req->rank, (unsigned long long)req->examples, (unsigned long long)req->params);
         }
         if (jb->nprepared == (int)jb->world) {
             if (jb->state == JOB_PREPARING) {
@@ -633,7 +637,8 @@ static void on_finished(dt_jobs *j, dt_rpc_call *call)
     maybe_release(j);
 }
 
-/* --- Jobs: submit ------------------------------------------------------------------------------- */
+/* --- Jobs: submit -------------------------------------------------------------------------------
+ */
 
 static void validate_run(jcall *c)
 {
@@ -654,7 +659,7 @@ static void validate_done(dt_jobs *j, jcall *c)
 {
     if (c->st != DT_OK) {
         DT_INFO("jobs", "refused a job from %s: %s", c->text2 ? c->text2 : "?", c->err.msg);
-        dt_rpc_call_fail(c->call, c->st == DT_ENOMEM ? DT_ENOMEM : DT_EINVAL, c->err.msg);
+        dt_rpc_call_fail(c->call, c->st, c->err.msg);
         return;
     }
     job *jb = calloc(1, sizeof *jb);
@@ -714,7 +719,8 @@ static void on_submit(dt_jobs *j, dt_rpc_call *call)
     jcall_queue(j, c);
 }
 
-/* --- Jobs: list, status, cancel ------------------------------------------------------------------- */
+/* --- Jobs: list, status, cancel
+ * ------------------------------------------------------------------- */
 
 static void on_list(dt_jobs *j, dt_rpc_call *call)
 {
@@ -786,7 +792,8 @@ static void on_cancel(dt_jobs *j, dt_rpc_call *call)
     maybe_release(j);
 }
 
-/* --- Jobs: watch ---------------------------------------------------------------------------------- */
+/* --- Jobs: watch
+ * ---------------------------------------------------------------------------------- */
 
 static void reply_watch(dt_jobs *j, dt_rpc_call *call, job *jb, uint64_t after)
 {
@@ -820,8 +827,7 @@ static void reply_watch(dt_jobs *j, dt_rpc_call *call, job *jb, uint64_t after)
         o->epochs = e->epochs;
         o->step = e->step;
         o->steps = e->steps;
-        fill_metrics(e->metrics, e->nmetrics, &ms[i * JOB_MAX_METRICS],
-                     &mps[i * JOB_MAX_METRICS]);
+        fill_metrics(e->metrics, e->nmetrics, &ms[i * JOB_MAX_METRICS], &mps[i * JOB_MAX_METRICS]);
         o->n_metrics = (size_t)e->nmetrics;
         o->metrics = &mps[i * JOB_MAX_METRICS];
         o->elapsed_s = e->elapsed_s;
@@ -899,7 +905,8 @@ static void finish_watchers(dt_jobs *j, const char *id, bool all)
     }
 }
 
-/* --- Jobs: export, evaluate, predict ------------------------------------------------------------ */
+/* --- Jobs: export, evaluate, predict ------------------------------------------------------------
+ */
 
 static dt_status final_weights(dt_jobs *j, dt_rpc_call *call, const char *id, job **out)
 {
@@ -1047,7 +1054,8 @@ static void on_eval_or_predict(dt_jobs *j, dt_rpc_call *call, bool predict)
     protobuf_c_message_free_unpacked(msg, NULL);
 }
 
-/* --- lifetime ------------------------------------------------------------------------------------ */
+/* --- lifetime ------------------------------------------------------------------------------------
+ */
 
 static void drain_queue(dt_jobs *j)
 {
@@ -1194,10 +1202,10 @@ bool dt_jobs_handle_call(dt_jobs *j, dt_rpc_call *call)
         const char *method;
         void (*fn)(dt_jobs *, dt_rpc_call *);
     } routes[] = {
-        {DT_RPC_JOBS_SUBMIT, on_submit},     {DT_RPC_JOBS_LIST, on_list},
-        {DT_RPC_JOBS_STATUS, on_status},     {DT_RPC_JOBS_WATCH, on_watch},
-        {DT_RPC_JOBS_CANCEL, on_cancel},     {DT_RPC_JOBS_EXPORT, on_export},
-        {DT_RPC_RUN_PREPARED, on_prepared},  {DT_RPC_RUN_FINISHED, on_finished},
+        {DT_RPC_JOBS_SUBMIT, on_submit},    {DT_RPC_JOBS_LIST, on_list},
+        {DT_RPC_JOBS_STATUS, on_status},    {DT_RPC_JOBS_WATCH, on_watch},
+        {DT_RPC_JOBS_CANCEL, on_cancel},    {DT_RPC_JOBS_EXPORT, on_export},
+        {DT_RPC_RUN_PREPARED, on_prepared}, {DT_RPC_RUN_FINISHED, on_finished},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (strcmp(m, routes[i].method) == 0) {

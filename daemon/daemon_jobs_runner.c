@@ -14,10 +14,10 @@
 #include <string.h>
 #include <time.h>
 
-#define PREPARED_POLL_MS   200
-#define PREPARED_WAIT_MS   (15 * 60 * 1000) /* the other tasks may take long to load data */
-#define CHIEF_SILENCE_MS   30000            /* the chief unreachable this long: give up */
-#define FINISHED_RETRY_MS  10000
+#define PREPARED_POLL_MS  200
+#define PREPARED_WAIT_MS  (15 * 60 * 1000) /* the other tasks may take long to load data */
+#define CHIEF_SILENCE_MS  30000            /* the chief unreachable this long: give up */
+#define FINISHED_RETRY_MS 10000
 
 static void run_free(jrun *r)
 {

@@ -119,7 +119,8 @@ static void on_epoch_end(void *ctx, const dt_train_epoch_info *e)
     dt__jobs_run_progress(p->r, &ev);
 }
 
-/* --- the comm ----------------------------------------------------------------------------------- */
+/* --- the comm -----------------------------------------------------------------------------------
+ */
 
 void dt__jobs_comm_abort(void *comm, const char *why)
 {
@@ -145,7 +146,8 @@ static void comm_close(jrun *r, dt_train_comm *c)
     (void)c;
 }
 
-/* --- the trainer thread ------------------------------------------------------------------------- */
+/* --- the trainer thread -------------------------------------------------------------------------
+ */
 
 void dt__jobs_train_main(jrun *r)
 {
@@ -155,9 +157,8 @@ void dt__jobs_train_main(jrun *r)
     dt_trainer *t = NULL;
     dt_train_info info = {0};
     progress_ctx pc = {.r = r};
-    dt_status st =
-        parse_spec(r->spec_json, r->spec_len, dt__jobs_data_root(j), dt__jobs_state_dir(j), &spec,
-                   &err);
+    dt_status st = parse_spec(r->spec_json, r->spec_len, dt__jobs_data_root(j),
+                              dt__jobs_state_dir(j), &spec, &err);
     bool have_spec = st == DT_OK;
     if (st == DT_OK) {
         dt_train_opts o = dt_train_opts_default();
@@ -173,8 +174,7 @@ void dt__jobs_train_main(jrun *r)
         dt_train_get_info(t, &info);
     dt_err perr = {0};
     dt_status pst = dt__jobs_run_prepared(r, st == DT_OK, err.msg, info.local_examples,
-                                          info.params_total, (uint64_t)info.steps_per_epoch,
-                                          &perr);
+                                          info.params_total, (uint64_t)info.steps_per_epoch, &perr);
     char hash[32] = "";
     dt_train_result res;
     memset(&res, 0, sizeof res);

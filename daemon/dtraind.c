@@ -397,7 +397,8 @@ static int run(dt_daemon *d)
             snprintf(d->state_dir_buf, sizeof d->state_dir_buf, "/var/lib/dtrain");
         } else {
             snprintf(d->state_dir_buf, sizeof d->state_dir_buf, "%s/.local/state", home);
-            mkdir(d->state_dir_buf, 0700); /* its parents are the user's, or the mkdir below fails */
+            mkdir(d->state_dir_buf,
+                  0700); /* its parents are the user's, or the mkdir below fails */
             snprintf(d->state_dir_buf, sizeof d->state_dir_buf, "%s/.local/state/dtrain", home);
         }
         d->o.state_dir = d->state_dir_buf;
