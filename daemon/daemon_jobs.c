@@ -472,7 +472,13 @@ static void maybe_start(dt_jobs *j)
     free(jb->hashes);
     jb->hashes = calloc((size_t)world, sizeof(char *));
     jb->nhashes = world;
-    if (!jb->prepared || !jb->done || !jb->incarnations || !jb->hashes) {
+    /* Empty until the rank reports: protobuf-c cannot pack a NULL string. */
+    for (int r = 0; r < world && jb->hashes; r++)
+        if (!(jb->hashes[r] = strdup(""))) {
+            jb->nhashes = r;
+            break;
+        }
+    if (jb->nhashes != world || !jb->prepared || !jb->done || !jb->incarnations || !jb->hashes) {
         end_job(j, jb, JOB_FAILED, "out of memory starting the job");
         return;
     }
@@ -623,7 +629,7 @@ static void on_finished(dt_jobs *j, dt_rpc_call *call)
         if (jb->ndone == (int)jb->world && !dt__job_terminal(jb) && !jb->cancel_requested) {
             bool same = true;
             for (uint32_t r = 1; r < jb->world; r++)
-                if (!jb->hashes[r] || !jb->hashes[0] || strcmp(jb->hashes[r], jb->hashes[0]))
+                if (!jb->hashes[0][0] || strcmp(jb->hashes[r], jb->hashes[0]) != 0)
                     same = false;
             if (!same)
                 DT_WARN("jobs", "job %s: the replicas' final weights differ (hashes in status)",
