@@ -306,8 +306,12 @@ void dt__jobs_chief_event(dt_jobs *j, const char *id, jevent *ev)
     }
     merge_metrics(jb, ev);
     add_event(jb, ev);
-    if (strcmp(ev->kind, "epoch_end") == 0)
+    /* Progress is saved at epoch ends, at most every 2 s (tiny epochs would make it I/O). */
+    int64_t now = dt_now_ms();
+    if (strcmp(ev->kind, "epoch_end") == 0 && now - jb->saved_ms >= 2000) {
+        jb->saved_ms = now;
         save(j, jb);
+    }
     finish_watchers(j, jb->id, false);
 }
 
@@ -665,7 +669,13 @@ static void validate_done(dt_jobs *j, jcall *c)
 {
     if (c->st != DT_OK) {
         DT_INFO("jobs", "refused a job from %s: %s", c->text2 ? c->text2 : "?", c->err.msg);
-        dt_rpc_call_fail(c->call, c->st, c->err.msg);
+        /* Whatever validation finds wrong is the spec's fault (bad input), except for what
+         * says more: an escape, a missing file, a size, or the daemon's own trouble. */
+        dt_status st = c->st;
+        if (st != DT_EPERM && st != DT_ENOENT && st != DT_ETOOBIG && st != DT_ENOMEM &&
+            st != DT_EIO)
+            st = DT_EINVAL;
+        dt_rpc_call_fail(c->call, st, c->err.msg);
         return;
     }
     job *jb = calloc(1, sizeof *jb);

@@ -89,6 +89,7 @@ struct job {
     int64_t release_at_ms; /* terminal: give up waiting for the ranks' Finished after this */
     int64_t cancel_at_ms;  /* cancel requested: call it cancelled after this */
     int64_t prepare_by_ms;
+    int64_t saved_ms; /* last state.json write of progress */
 };
 
 const char *dt__job_state_name(job_state s);
