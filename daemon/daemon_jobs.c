@@ -363,7 +363,7 @@ static void end_job(dt_jobs *j, job *jb, job_state st, const char *msg)
     bool was_active = jb->state == JOB_PREPARING || jb->state == JOB_RUNNING;
     jb->state = st;
     jb->finished = dt_wall_s();
-    if (msg && st != JOB_SUCCEEDED)
+    if (msg && msg != jb->error && st != JOB_SUCCEEDED) /* callers may pass jb->error */
         snprintf(jb->error, sizeof jb->error, "%s", msg);
     if (st == JOB_SUCCEEDED)
         DT_INFO("jobs", "job %s (%s) succeeded", jb->id, jb->name);
