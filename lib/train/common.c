@@ -107,6 +107,31 @@ dt_status dt__train_check_data(const dt_model *m, const dt_loss *loss, const dt_
                           "%s: examples have %zu values but the model's input takes %zu; reshape "
                           "the data (\"shape\") or fix the model's input",
                           json_path, ds->x_size, in);
+    /* Shapes must agree up to axes of size 1 ([28, 28] feeds an input of (28, 28, 1)). */
+    int64_t ms[DT_NN_MAX_RANK], a[DT_MAX_IDX_DIMS + DT_NN_MAX_RANK], b[DT_MAX_IDX_DIMS];
+    int mr = dt_model_input_shape(m, ms), na = 0, nb = 0;
+    for (int i = 0; i < mr; i++)
+        if (ms[i] != 1)
+            a[na++] = ms[i];
+    for (int i = 0; i < ds->x_rank; i++)
+        if (ds->x_shape[i] != 1)
+            b[nb++] = ds->x_shape[i];
+    bool same = na == nb;
+    for (int i = 0; same && i < na; i++)
+        same = a[i] == b[i];
+    if (!same && ds->x_rank > 0) {
+        char da[96] = "", db[96] = "";
+        for (int i = 0; i < mr; i++)
+            snprintf(da + strlen(da), sizeof da - strlen(da), "%s%lld", i ? ", " : "",
+                     (long long)ms[i]);
+        for (int i = 0; i < ds->x_rank; i++)
+            snprintf(db + strlen(db), sizeof db - strlen(db), "%s%lld", i ? ", " : "",
+                     (long long)ds->x_shape[i]);
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: examples have shape (%s) but the model's input is (%s); reshape "
+                          "the data (\"image_shape\") or fix the model's input",
+                          json_path, db, da);
+    }
     if (ds->n == 0)
         return dt_err_set(err, DT_EINVAL, "%s: the data set is empty", json_path);
     if (!need_labels)

@@ -5,6 +5,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/rng.h"
 #include "io/safetensors.h"
 #include "io/tfevents.h"
 
@@ -374,7 +375,12 @@ static dt_status sync_start(dt_trainer *t, const dt_train_comm *c, position *pos
     for (size_t k = 0; k < dt_optim_slot_count(t->opt); k++)
         DT_TRY(broadcast(c, dt_optim_slot(t->opt, k, NULL), n * sizeof(float), err));
     dt_optim_set_iterations(t->opt, pos->global_step);
-    memcpy(dt_model_rng(t->m)->s, pos->rng, sizeof pos->rng);
+    /* Dropout: rank 0 keeps the chief's stream (so one replica replays a one-process run);
+     * the others derive their own from it, so replicas do not drop the same units. */
+    dt_rng *r = dt_model_rng(t->m);
+    memcpy(r->s, pos->rng, sizeof pos->rng);
+    if (c->rank > 0)
+        dt_rng_seed2(r, pos->rng[0] ^ pos->rng[2], (uint64_t)c->rank);
     return DT_OK;
 }
 

@@ -26,7 +26,7 @@ static void tt_put_be32(FILE *f, uint32_t v)
 }
 
 /* n examples of 8x8 uint8 images in 4 classes: class c brightens quadrant c, plus noise. */
-static void tt_write_idx(const char *dir, const char *stem, int n, uint64_t seed)
+static inline void tt_write_idx(const char *dir, const char *stem, int n, uint64_t seed)
 {
     char p[1024];
     dt_rng r;
@@ -72,7 +72,7 @@ static void tt_write_idx(const char *dir, const char *stem, int n, uint64_t seed
 
 /* A job spec over data written by tt_write_idx("train", "val") in the data root; extra is
  * appended inside the top-level object (", \"checkpoint\": {...}" or ""). */
-static const char *tt_spec(int epochs, int batch, const char *optimizer, const char *extra)
+static inline const char *tt_spec(int epochs, int batch, const char *optimizer, const char *extra)
 {
     static char buf[16384];
     snprintf(buf, sizeof buf,
@@ -93,13 +93,13 @@ static const char *tt_spec(int epochs, int batch, const char *optimizer, const c
 }
 
 /* Data root = state dir = the test's tmp dir; n_train / n_val synthetic examples. */
-static void tt_setup(int n_train, int n_val)
+static inline void tt_setup(int n_train, int n_val)
 {
     tt_write_idx(dt_test_tmpdir(), "train", n_train, 1);
     tt_write_idx(dt_test_tmpdir(), "val", n_val, 2);
 }
 
-static void tt_parse(const char *text, dt_jobspec *s)
+static inline void tt_parse(const char *text, dt_jobspec *s)
 {
     dt_err err = {0};
     dt_jobspec_roots r = {.data_root = dt_test_tmpdir(), .state_dir = dt_test_tmpdir()};
@@ -125,7 +125,7 @@ typedef struct tt_rank {
     int rank;
 } tt_rank;
 
-static void tt_shm_init(tt_shm *s, int world)
+static inline void tt_shm_init(tt_shm *s, int world)
 {
     memset(s, 0, sizeof *s);
     s->world = world;
@@ -133,7 +133,7 @@ static void tt_shm_init(tt_shm *s, int world)
     pthread_cond_init(&s->cv, NULL);
 }
 
-static void tt_shm_abort(tt_shm *s)
+static inline void tt_shm_abort(tt_shm *s)
 {
     pthread_mutex_lock(&s->mu);
     s->aborted = true;
@@ -142,7 +142,7 @@ static void tt_shm_abort(tt_shm *s)
 }
 
 /* Every rank waits here; a failed rank aborts the others instead of leaving them waiting. */
-static dt_status tt_barrier(tt_shm *s, dt_err *err)
+static inline dt_status tt_barrier(tt_shm *s, dt_err *err)
 {
     pthread_mutex_lock(&s->mu);
     uint64_t g = s->gen;
@@ -167,7 +167,7 @@ static dt_status tt_barrier(tt_shm *s, dt_err *err)
 }
 
 /* Blocking: every rank sums all buffers in rank order, so the results are bit-identical. */
-static dt_status tt_allreduce_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+static inline dt_status tt_allreduce_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
 {
     tt_rank *r = ctx;
     *req = NULL;
@@ -188,13 +188,13 @@ static dt_status tt_allreduce_start(void *ctx, float *buf, size_t n, void **req,
     return st;
 }
 
-static dt_status tt_wait(void *ctx, void *req, dt_err *err)
+static inline dt_status tt_wait(void *ctx, void *req, dt_err *err)
 {
     (void)ctx, (void)req, (void)err;
     return DT_OK;
 }
 
-static dt_status tt_broadcast(void *ctx, void *buf, size_t bytes, int root, dt_err *err)
+static inline dt_status tt_broadcast(void *ctx, void *buf, size_t bytes, int root, dt_err *err)
 {
     tt_rank *r = ctx;
     r->s->bufs[r->rank] = buf;
@@ -225,7 +225,7 @@ typedef struct tt_replica {
     size_t nparams;
 } tt_replica;
 
-static void tt_on_step(void *ctx, const dt_train_step_info *si)
+static inline void tt_on_step(void *ctx, const dt_train_step_info *si)
 {
     tt_replica *r = ctx;
     if (r->nlosses < TT_MAX_STEPS)
@@ -234,7 +234,7 @@ static void tt_on_step(void *ctx, const dt_train_step_info *si)
         atomic_store(&r->cancel, true);
 }
 
-static void *tt_replica_main(void *arg)
+static inline void *tt_replica_main(void *arg)
 {
     tt_replica *r = arg;
     r->opts.rank = r->rk.rank;
@@ -265,8 +265,8 @@ static void *tt_replica_main(void *arg)
 
 /* Runs fit on world replicas (threads); reps[0..world) are filled. opts is a template
  * (out_dir, resume). */
-static void tt_run(const dt_jobspec *spec, int world, const dt_train_opts *opts, int cancel_rank,
-                   int cancel_at_step, tt_replica *reps)
+static inline void tt_run(const dt_jobspec *spec, int world, const dt_train_opts *opts,
+                          int cancel_rank, int cancel_at_step, tt_replica *reps)
 {
     static tt_shm shm;
     tt_shm_init(&shm, world);
@@ -285,7 +285,7 @@ static void tt_run(const dt_jobspec *spec, int world, const dt_train_opts *opts,
         pthread_join(th[i], NULL);
 }
 
-static void tt_free(tt_replica *reps, int world)
+static inline void tt_free(tt_replica *reps, int world)
 {
     for (int i = 0; i < world; i++)
         free(reps[i].params);
