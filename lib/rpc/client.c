@@ -21,8 +21,8 @@ struct dt_rpc_channel {
     char *auth; /* "Bearer <token>" or NULL */
 };
 
-dt_status dt_rpc_channel_new(const char *address, const char *token, dt_rpc_channel **out,
-                             dt_err *err)
+static dt_status channel_new(const char *address, const char *token, int dedicated,
+                             dt_rpc_channel **out, dt_err *err)
 {
     dt_rpc_global_init();
     dt_rpc_channel *ch = calloc(1, sizeof *ch);
@@ -35,7 +35,7 @@ dt_status dt_rpc_channel_new(const char *address, const char *token, dt_rpc_chan
         if (ch->auth)
             snprintf(ch->auth, n, "Bearer %s", token);
     }
-    grpc_channel_args *args = dt__rpc_args_new(0);
+    grpc_channel_args *args = dt__rpc_args_new(dedicated ? 2 : 0);
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     ch->channel = grpc_channel_create(address, creds, args);
     grpc_channel_credentials_release(creds);
@@ -48,9 +48,31 @@ dt_status dt_rpc_channel_new(const char *address, const char *token, dt_rpc_chan
     return DT_OK;
 }
 
+dt_status dt_rpc_channel_new(const char *address, const char *token, dt_rpc_channel **out,
+                             dt_err *err)
+{
+    return channel_new(address, token, 0, out, err);
+}
+
+dt_status dt_rpc_channel_new_dedicated(const char *address, const char *token, dt_rpc_channel **out,
+                                       dt_err *err)
+{
+    return channel_new(address, token, 1, out, err);
+}
+
 const char *dt_rpc_channel_address(const dt_rpc_channel *ch)
 {
     return ch->address;
+}
+
+grpc_channel *dt__rpc_channel_raw(dt_rpc_channel *ch)
+{
+    return ch->channel;
+}
+
+const char *dt__rpc_channel_auth(dt_rpc_channel *ch)
+{
+    return ch->auth;
 }
 
 void dt_rpc_channel_free(dt_rpc_channel *ch)

@@ -40,7 +40,7 @@ grpc_channel_args *dt__rpc_args_new(int server)
     v[n++].value.integer = (int)DT_MAX_RPC_MSG;
     v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
     v[n++].value.integer = (int)DT_MAX_RPC_MSG;
-    if (server) {
+    if (server == 1) {
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_ALLOW_REUSEPORT, v[n++].value.integer = 0;
     } else {
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
@@ -51,6 +51,9 @@ grpc_channel_args *dt__rpc_args_new(int server)
         v[n++].value.integer = 1000;
         /* Every call has its own deadline; retries would only blur which attempt failed. */
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_ENABLE_RETRIES, v[n++].value.integer = 0;
+        if (server == 2) /* a dedicated connection: not shared through the global pool */
+            v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
+            v[n++].value.integer = 1;
     }
     a->num_args = n;
     a->args = v;

@@ -23,6 +23,16 @@
  * UNAUTHENTICATED -> DT_EAUTH, INVALID_ARGUMENT -> DT_EINVAL, FAILED_PRECONDITION -> DT_ESTATE,
  * RESOURCE_EXHAUSTED -> DT_ETOOBIG, NOT_FOUND -> DT_ENOENT, UNIMPLEMENTED -> DT_ENOTSUP,
  * CANCELLED -> DT_ECANCELED, others -> DT_EPROTO; the server's message is kept in err.
+ *
+ * Streams (stream.c) never touch the loop: a dt_rpc_streamq is a completion queue with its own
+ * thread, and every event of its streams (client and server side) is handed to one callback on
+ * that thread. A server given .stream_method and .streamq registers that method and the queue
+ * before it starts (gRPC core needs both before grpc_server_start) and requests the method's calls
+ * on the queue; they are authenticated there with the same token rule (UNAUTHENTICATED otherwise)
+ * and delivered as DT_RPC_STREAM_INCOMING, which the callback answers at once with accept or
+ * reject. Messages are raw bytes (no protobuf): a send points at the caller's memory (a gRPC slice
+ * with a release callback, no copy); a received message is read slice by slice. gRPC allows one
+ * send and one receive in flight per stream; the functions return false when one already is.
  */
 #ifndef DT_RPC_RPC_H
 #define DT_RPC_RPC_H
@@ -30,6 +40,7 @@
 #include "core/status.h"
 
 #include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -56,6 +67,9 @@ typedef struct dt_rpc_server_opts {
     dt_rpc_handler handler;
     void *ctx;
     const char *token; /* NULL or "": no authentication (loopback or --insecure) */
+    /* Optional: calls of this method are streams served on streamq (see below), not the loop. */
+    const char *stream_method;
+    struct dt_rpc_streamq *streamq;
 } dt_rpc_server_opts;
 
 /* Binds and starts serving. Fails with DT_EADDRINUSE naming the address when it is taken or not
@@ -88,6 +102,9 @@ typedef struct dt_rpc_channel dt_rpc_channel;
 /* A channel to address ("host:port"); connects lazily. token may be NULL. Thread-safe. */
 dt_status dt_rpc_channel_new(const char *address, const char *token, dt_rpc_channel **out,
                              dt_err *err);
+/* The same, with a TCP connection of its own (bulk streams must not queue behind others). */
+dt_status dt_rpc_channel_new_dedicated(const char *address, const char *token, dt_rpc_channel **out,
+                                       dt_err *err);
 const char *dt_rpc_channel_address(const dt_rpc_channel *ch);
 void dt_rpc_channel_free(dt_rpc_channel *ch);
 
@@ -97,6 +114,74 @@ void dt_rpc_channel_free(dt_rpc_channel *ch);
 dt_status dt_rpc_unary(dt_rpc_channel *ch, const char *method, const ProtobufCMessage *req,
                        const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                        int64_t timeout_ms, dt_err *err);
+
+/* --- streams (stream.c) ------------------------------------------------------------------------
+ */
+
+typedef struct dt_rpc_streamq dt_rpc_streamq;
+typedef struct dt_rpc_stream dt_rpc_stream;
+typedef struct dt_rpc_msg dt_rpc_msg;
+
+typedef enum dt_rpc_stream_ev {
+    DT_RPC_STREAM_INCOMING, /* server: an authenticated new stream: accept or reject it now */
+    DT_RPC_STREAM_OPENED,   /* client: ok = the server accepted; else status/message say why */
+    DT_RPC_STREAM_SENT,     /* a send finished; ok = 0: the stream broke */
+    DT_RPC_STREAM_RECEIVED, /* msg (the callback owns it), or msg NULL: end of stream / broken */
+    DT_RPC_STREAM_CLOSED,   /* the call ended: status/message say how; no more data events */
+    DT_RPC_STREAM_TICK,     /* every tick_ms, for deadlines (stream NULL) */
+} dt_rpc_stream_ev;
+
+typedef struct dt_rpc_stream_event {
+    dt_rpc_stream_ev type;
+    dt_rpc_stream *stream;
+    void *user; /* the stream's user pointer */
+    bool ok;
+    dt_rpc_msg *msg;
+    dt_status status;
+    const char *message;
+} dt_rpc_stream_event;
+
+/* Runs on the queue's thread, one event at a time. */
+typedef void (*dt_rpc_stream_fn)(void *ctx, const dt_rpc_stream_event *ev);
+
+dt_status dt_rpc_streamq_new(dt_rpc_stream_fn fn, void *ctx, int tick_ms, dt_rpc_streamq **out,
+                             dt_err *err);
+/* Call after the servers using q are freed and every stream is released; joins the thread. */
+void dt_rpc_streamq_free(dt_rpc_streamq *q);
+
+/* Opens a client stream to method on ch; events go to q with user. md: NULL-terminated key,
+ * value pairs sent as metadata (ASCII). timeout_ms <= 0: the stream lives until cancelled. */
+dt_status dt_rpc_stream_open(dt_rpc_channel *ch, dt_rpc_streamq *q, const char *method,
+                             const char *const *md, int64_t timeout_ms, void *user,
+                             dt_rpc_stream **out, dt_err *err);
+/* A metadata value of a server stream (copied into buf, NUL-terminated), or NULL. */
+const char *dt_rpc_stream_meta(const dt_rpc_stream *s, const char *key, char *buf, size_t n);
+const char *dt_rpc_stream_peer(const dt_rpc_stream *s);
+void dt_rpc_stream_set_user(dt_rpc_stream *s, void *user);
+/* Server, inside the INCOMING event only: accept (the client gets OPENED ok) or refuse with st. */
+void dt_rpc_stream_accept(dt_rpc_stream *s);
+void dt_rpc_stream_reject(dt_rpc_stream *s, dt_status st, const char *message);
+/* Sends len bytes at p without copying them; release(arg) runs (any thread) once gRPC no longer
+ * reads p. False (release not called) when a send is already in flight or the stream is over. */
+bool dt_rpc_stream_send(dt_rpc_stream *s, const void *p, size_t len, void (*release)(void *),
+                        void *arg);
+/* Asks for the next message (RECEIVED event). False when a receive is already in flight. */
+bool dt_rpc_stream_recv(dt_rpc_stream *s);
+/* Ends the call now (CANCELLED on both sides); pending operations fail. Thread-safe. */
+void dt_rpc_stream_cancel(dt_rpc_stream *s);
+/* Client: no more messages from this side (the server's receive then ends). */
+bool dt_rpc_stream_close_send(dt_rpc_stream *s);
+/* Server: ends an accepted stream with OK. */
+bool dt_rpc_stream_finish(dt_rpc_stream *s);
+/* The caller is done with s: no more events for it; freed once gRPC is. Cancels it first. */
+void dt_rpc_stream_release(dt_rpc_stream *s);
+/* Like release, without cancelling: the call runs to its end or deadline on its own. */
+void dt_rpc_stream_detach(dt_rpc_stream *s);
+
+size_t dt_rpc_msg_len(const dt_rpc_msg *m);
+/* The next slice of the message (no copy); false at the end. */
+bool dt_rpc_msg_next(dt_rpc_msg *m, const uint8_t **p, size_t *len);
+void dt_rpc_msg_free(dt_rpc_msg *m);
 
 /* Reads a token file: trimmed of trailing newlines, non-empty, at most DT_MAX_TOKEN bytes, not
  * readable by others (mode & 077 == 0 is advised: a warning otherwise). Caller frees *token. */

@@ -8,7 +8,7 @@
 
 /* Channel or server args: message size caps, no SO_REUSEPORT (two daemons must never share a
  * port), short reconnect backoff so restarted peers are found again within a second. */
-grpc_channel_args *dt__rpc_args_new(int server);
+grpc_channel_args *dt__rpc_args_new(int server); /* 1 server, 0 client, 2 dedicated client */
 void dt__rpc_args_free(grpc_channel_args *args);
 
 /* Constant-time comparison of the "authorization" metadata against "Bearer <token>". */
@@ -23,5 +23,15 @@ dt_status dt__rpc_buffer_flatten(grpc_byte_buffer *bb, uint8_t **data, size_t *l
 grpc_byte_buffer *dt__rpc_buffer_pack(const ProtobufCMessage *msg);
 
 gpr_timespec dt__rpc_deadline_ms(int64_t ms);
+
+/* stream.c: the server side of streams. Before grpc_server_start: register the method and q's
+ * queue; after: keep calls requested on q. */
+void *dt__rpc_streamq_register(dt_rpc_streamq *q, grpc_server *server, const char *method);
+void dt__rpc_streamq_serve(dt_rpc_streamq *q, grpc_server *server, void *rm, const char *token);
+/* Before the server shuts down: request no more calls on it. */
+void dt__rpc_streamq_unserve(dt_rpc_streamq *q);
+/* The raw channel of a dt_rpc_channel. */
+grpc_channel *dt__rpc_channel_raw(dt_rpc_channel *ch);
+const char *dt__rpc_channel_auth(dt_rpc_channel *ch);
 
 #endif

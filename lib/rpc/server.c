@@ -52,6 +52,7 @@ struct dt_rpc_server {
     pthread_t thread;
     int port;
     char *token;
+    dt_rpc_streamq *streamq;
     dt_rpc_handler handler;
     void *ctx;
     uv_async_t async;
@@ -283,6 +284,9 @@ dt_status dt_rpc_server_new(const dt_rpc_server_opts *opts, dt_rpc_server **out,
     dt__rpc_args_free(args);
     srv->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
+    void *stream_rm = NULL;
+    if (opts->stream_method && opts->streamq)
+        stream_rm = dt__rpc_streamq_register(opts->streamq, srv->server, opts->stream_method);
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     srv->port = grpc_server_add_http2_port(srv->server, opts->address, creds);
     grpc_server_credentials_release(creds);
@@ -299,6 +303,10 @@ dt_status dt_rpc_server_new(const dt_rpc_server_opts *opts, dt_rpc_server **out,
                           opts->address);
     }
     grpc_server_start(srv->server);
+    if (stream_rm) {
+        srv->streamq = opts->streamq;
+        dt__rpc_streamq_serve(opts->streamq, srv->server, stream_rm, srv->token);
+    }
     uv_async_init(opts->loop, &srv->async, on_async);
     srv->async.data = srv;
     request_next(srv);
@@ -342,6 +350,8 @@ void dt_rpc_server_free(dt_rpc_server *srv)
             c = n;
         }
     }
+    if (srv->streamq)
+        dt__rpc_streamq_unserve(srv->streamq);
     grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_tag);
     grpc_server_cancel_all_calls(srv->server);
     pthread_join(srv->thread, NULL);

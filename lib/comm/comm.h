@@ -1,0 +1,117 @@
+/*
+ * comm.h - collectives among the ranks of a cluster: ring all-reduce, broadcast, all-gather,
+ * barrier, over long-lived gRPC streams.
+ *
+ * Pieces:
+ *   dt_comm_hub  one per daemon, created before its rpc server: owns the stream queue (a gRPC
+ *                completion queue and its thread, "the comm thread") that the server serves
+ *                DT_COMM_METHOD on, and routes each incoming ring stream to the communicator with
+ *                the stream's session id; unknown sessions are refused (NOT_FOUND) and the
+ *                connecting side retries until its connect deadline.
+ *   dt_comm      one group of ranks for one session (a job id + generation, a bench id). Rank r
+ *                opens DT_COMM_STREAMS client streams to rank r+1 and accepts as many from r-1;
+ *                every collective moves data one way around the ring, r -> r+1.
+ *
+ * Threads and ownership: the collectives are blocking and thread-safe; callers queue them and
+ * they run one at a time, in submission order, driven by the events of the hub's comm thread
+ * (which also reduces the received bytes). The caller's buffer is borrowed until its collective
+ * is waited for; nothing else touches it. dt_comm_new blocks until the ring is connected (or its
+ * connect deadline): call it from any thread but the libuv loop. dt_comm_abort is thread-safe.
+ *
+ * Algorithm (all-reduce): reduce-scatter then all-gather in rank order, 2(R-1) steps. Segments
+ * of n/R floats are split into chunks (at most DT_COMM_CHUNK bytes); chunk m goes on stream
+ * m % DT_COMM_STREAMS, so several chunks are in flight per neighbour, and a chunk is forwarded
+ * as soon as it is reduced (send, receive and reduce overlap). Each segment is summed along one
+ * chain and then copied everywhere, so every rank ends with the same bits; with a 16-bit wire
+ * the owner rounds its segment through the wire format too. MEAN divides once, at the owner.
+ *
+ * Copies per byte (f32 wire): the sender's gRPC slice points into the caller's buffer (0 copies
+ * in user space, then the kernel's socket copy); the receiver's gRPC reads the socket into its
+ * slices (1) and the comm thread reduces or copies straight from those slices into the
+ * destination (1). With f16/bf16 one conversion pass replaces the zero-copy send.
+ *
+ * Failures: every collective has a deadline. A broken stream (a peer died, kill -9) fails the
+ * collective and poisons the comm; the error names the task ("worker:2 at 10.1.2.3:7001"), and
+ * the rank that saw it tells every other rank (a short notice stream), so all survivors fail
+ * within about a second with the dead task's name. Later collectives of that comm fail at once;
+ * the daemon makes a new comm (new session) to go on.
+ */
+#ifndef DT_COMM_COMM_H
+#define DT_COMM_COMM_H
+
+#include "core/status.h"
+#include "rpc/rpc.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DT_COMM_METHOD  "/dtrain.v1.Comm/Ring"
+#define DT_COMM_STREAMS 4          /* streams per neighbour (default) */
+#define DT_COMM_CHUNK   (1u << 20) /* bytes per message, at most */
+
+typedef struct dt_comm_hub dt_comm_hub;
+typedef struct dt_comm dt_comm;
+typedef struct dt_comm_req dt_comm_req;
+
+typedef enum dt_comm_op { DT_COMM_SUM, DT_COMM_MEAN } dt_comm_op;
+typedef enum dt_comm_wire { DT_COMM_F32, DT_COMM_F16, DT_COMM_BF16 } dt_comm_wire;
+
+/* Creates the hub (its comm thread starts). Give dt_comm_hub_streamq() to the rpc server's
+ * opts (.stream_method = DT_COMM_METHOD) before the server starts. */
+dt_status dt_comm_hub_new(dt_comm_hub **out, dt_err *err);
+dt_rpc_streamq *dt_comm_hub_streamq(dt_comm_hub *h);
+/* After the rpc server is freed and every comm of this hub is freed. NULL-safe. */
+void dt_comm_hub_free(dt_comm_hub *h);
+
+typedef struct dt_comm_opts {
+    int rank, world;
+    const char *const *addresses; /* by rank, "host:port" of each daemon */
+    const char *const *names;     /* by rank, "worker:1" (NULL: "rank N") */
+    const char *token;            /* NULL: none */
+    uint64_t session;             /* the same on every rank, unique per group */
+    dt_comm_hub *hub;             /* NULL only when world == 1 */
+    int64_t connect_timeout_ms;   /* 0: 30 s */
+    int streams;                  /* per neighbour; 0: DT_COMM_STREAMS */
+    size_t chunk_bytes;           /* 0: DT_COMM_CHUNK */
+} dt_comm_opts;
+
+/* Connects the ring (blocking, bounded by connect_timeout_ms). Errors name the task that did not
+ * answer. opts and its strings are copied. */
+dt_status dt_comm_new(const dt_comm_opts *opts, dt_comm **out, dt_err *err);
+/* Aborts what is pending, closes the streams, frees. NULL-safe. No collective may be running in
+ * another thread. */
+void dt_comm_free(dt_comm *c);
+int dt_comm_rank(const dt_comm *c);
+int dt_comm_world(const dt_comm *c);
+
+/* In-place all-reduce of n floats: every rank ends with the same bits. */
+dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_comm_op op, dt_comm_wire wire,
+                            int64_t timeout_ms, dt_err *err);
+/* Copies root's bytes into every rank's buf. */
+dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t bytes, int root, int64_t timeout_ms,
+                            dt_err *err);
+/* out (world * bytes) receives every rank's in, in rank order. in may lie inside out. */
+dt_status dt_comm_allgather(dt_comm *c, const void *in, size_t bytes, void *out, int64_t timeout_ms,
+                            dt_err *err);
+/* Returns once every rank has entered it. */
+dt_status dt_comm_barrier(dt_comm *c, int64_t timeout_ms, dt_err *err);
+
+/* Asynchronous all-reduce: queued behind earlier collectives; buf is borrowed until
+ * dt_comm_wait returns. The deadline counts from the start call. */
+dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_comm_op op,
+                                  dt_comm_wire wire, int64_t timeout_ms, dt_comm_req **req,
+                                  dt_err *err);
+/* Waits for req (at most timeout_ms) and frees it; on a timeout the comm is aborted (the ring
+ * cannot be resynchronised), so the request still ends here. */
+dt_status dt_comm_wait(dt_comm_req *req, int64_t timeout_ms, dt_err *err);
+
+/* Fails what is pending and everything later with why; tells the other ranks. Thread-safe. */
+void dt_comm_abort(dt_comm *c, const char *why);
+
+/* Wire conversions (round to nearest even), exposed for tests. */
+uint16_t dt_comm_f32_to_bf16(float f);
+float dt_comm_bf16_to_f32(uint16_t h);
+uint16_t dt_comm_f32_to_f16(float f);
+float dt_comm_f16_to_f32(uint16_t h);
+
+#endif

@@ -1,0 +1,397 @@
+/* Ring collectives over real gRPC on loopback: R in-process daemons (rpc server + comm hub each),
+ * one thread per rank. Integers stored as floats make every sum exact. */
+#include "comm/comm.h"
+#include "core/clock.h"
+#include "core/crc32c.h"
+#include "dt_test.h"
+#include "rpc/rpc.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define MAXR 4
+
+typedef struct node {
+    uv_loop_t loop;
+    dt_rpc_server *srv;
+    dt_comm_hub *hub;
+    char addr[64];
+} node;
+
+static node nodes[MAXR];
+static const char *addrs[MAXR];
+static const char *names[MAXR] = {"worker:0", "worker:1", "worker:2", "worker:3"};
+
+static void no_unary(void *ctx, dt_rpc_call *call)
+{
+    (void)ctx;
+    dt_rpc_call_fail(call, DT_ENOTSUP, "unary calls are not served in this test");
+}
+
+static void nodes_up(int R, const char *token)
+{
+    dt_err err = {0};
+    for (int i = 0; i < R; i++) {
+        node *n = &nodes[i];
+        uv_loop_init(&n->loop);
+        ASSERT_OK(dt_comm_hub_new(&n->hub, &err), &err);
+        dt_rpc_server_opts o = {.address = "127.0.0.1:0",
+                                .loop = &n->loop,
+                                .handler = no_unary,
+                                .token = token,
+                                .stream_method = DT_COMM_METHOD,
+                                .streamq = dt_comm_hub_streamq(n->hub)};
+        ASSERT_OK(dt_rpc_server_new(&o, &n->srv, &err), &err);
+        snprintf(n->addr, sizeof n->addr, "127.0.0.1:%d", dt_rpc_server_port(n->srv));
+        addrs[i] = n->addr;
+    }
+}
+
+static void nodes_down(int R)
+{
+    for (int i = 0; i < R; i++) {
+        node *n = &nodes[i];
+        dt_rpc_server_free(n->srv);
+        uv_run(&n->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&n->loop);
+        dt_comm_hub_free(n->hub);
+    }
+}
+
+typedef struct rank_ctx {
+    int rank, world;
+    uint64_t session;
+    const char *token;
+    void (*body)(struct rank_ctx *, dt_comm *);
+    dt_status st;
+    char msg[1024];
+    int64_t arg;
+} rank_ctx;
+
+static void *rank_main(void *arg)
+{
+    rank_ctx *r = arg;
+    dt_comm_opts o = {.rank = r->rank,
+                      .world = r->world,
+                      .addresses = addrs,
+                      .names = names,
+                      .token = r->token,
+                      .session = r->session,
+                      .hub = nodes[r->rank].hub,
+                      .connect_timeout_ms = 10000};
+    dt_comm *c = NULL;
+    dt_err err = {0};
+    r->st = dt_comm_new(&o, &c, &err);
+    snprintf(r->msg, sizeof r->msg, "%s", err.msg);
+    if (r->st == DT_OK)
+        r->body(r, c);
+    dt_comm_free(c);
+    return NULL;
+}
+
+/* Runs body on R ranks (fresh daemons), and fails if a rank could not connect. */
+static void run_ranks(int R, const char *token, void (*body)(rank_ctx *, dt_comm *), int64_t arg,
+                      rank_ctx *out)
+{
+    static uint64_t session = 0x5e55;
+    nodes_up(R, token);
+    pthread_t th[MAXR];
+    rank_ctx ctx[MAXR];
+    session++;
+    for (int i = 0; i < R; i++) {
+        ctx[i] = (rank_ctx){
+            .rank = i, .world = R, .session = session, .token = token, .body = body, .arg = arg};
+        pthread_create(&th[i], NULL, rank_main, &ctx[i]);
+    }
+    for (int i = 0; i < R; i++)
+        pthread_join(th[i], NULL);
+    nodes_down(R);
+    for (int i = 0; i < R; i++) {
+        if (out)
+            out[i] = ctx[i];
+        else if (ctx[i].st != DT_OK)
+            DT_FAIL_("rank %d: %s", i, ctx[i].msg);
+    }
+}
+
+static float val(size_t i, int rank)
+{
+    return (float)((i * 7 + (size_t)rank * 13) % 1001) - 500.0f;
+}
+
+/* Every rank compares the crc of its result with every other rank's (all-gather). */
+static void same_bits_everywhere(dt_comm *c, const void *p, size_t bytes)
+{
+    dt_err err = {0};
+    uint32_t mine = dt_crc32c(0, p, bytes), all[MAXR];
+    ASSERT_OK(dt_comm_allgather(c, &mine, sizeof mine, all, 10000, &err), &err);
+    for (int i = 0; i < dt_comm_world(c); i++)
+        ASSERT_EQ(all[i], mine);
+}
+
+static void body_allreduce(rank_ctx *r, dt_comm *c)
+{
+    static const size_t base[] = {0, 1, 7, 1023};
+    size_t sizes[6], ns = 0;
+    for (size_t i = 0; i < 4; i++)
+        sizes[ns++] = base[i];
+    sizes[ns++] = (size_t)r->world * 1000 + 1;
+    if (r->arg)
+        sizes[ns++] = (size_t)r->arg / 4;
+    dt_err err = {0};
+    for (size_t s = 0; s < ns; s++) {
+        size_t n = sizes[s];
+        float *b = malloc(n * 4 + 4);
+        for (size_t i = 0; i < n; i++)
+            b[i] = val(i, r->rank);
+        ASSERT_OK(dt_comm_allreduce(c, b, n, DT_COMM_SUM, DT_COMM_F32, 30000, &err), &err);
+        for (size_t i = 0; i < n; i++) {
+            float want = 0;
+            for (int k = 0; k < r->world; k++)
+                want += val(i, k);
+            if (b[i] != want)
+                DT_FAIL_("rank %d n %zu: b[%zu] = %g, want %g", r->rank, n, i, b[i], want);
+        }
+        same_bits_everywhere(c, b, n * 4);
+        free(b);
+    }
+}
+
+DT_TEST_TIMEOUT(comm_allreduce_exact_world_1_to_4, 120)
+{
+    for (int R = 1; R <= 4; R++)
+        run_ranks(R, NULL, body_allreduce, 0, NULL);
+}
+
+DT_TEST_TIMEOUT(comm_allreduce_64mb, 120)
+{
+    run_ranks(2, NULL, body_allreduce, 64 << 20, NULL);
+    run_ranks(4, "s3cret", body_allreduce, 64 << 20, NULL);
+}
+
+static void body_mean_bf16(rank_ctx *r, dt_comm *c)
+{
+    dt_err err = {0};
+    size_t n = 10007;
+    float *b = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        b[i] = val(i, r->rank) / 3.0f; /* not exact in bf16: checks the rounding path */
+    ASSERT_OK(dt_comm_allreduce(c, b, n, DT_COMM_MEAN, DT_COMM_BF16, 30000, &err), &err);
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int k = 0; k < r->world; k++)
+            want += val(i, k) / 3.0f;
+        want /= (float)r->world;
+        if (fabsf(b[i] - want) > 0.02f * (fabsf(want) + 1))
+            DT_FAIL_("rank %d: b[%zu] = %g, want about %g", r->rank, i, b[i], want);
+    }
+    same_bits_everywhere(c, b, n * 4);
+    /* Integers up to 256 are exact in bf16: the sum is exact too. */
+    for (size_t i = 0; i < n; i++)
+        b[i] = (float)((i + (size_t)r->rank) % 64);
+    ASSERT_OK(dt_comm_allreduce(c, b, n, DT_COMM_SUM, DT_COMM_F16, 30000, &err), &err);
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int k = 0; k < r->world; k++)
+            want += (float)((i + (size_t)k) % 64);
+        ASSERT_TRUE(b[i] == want);
+    }
+    free(b);
+}
+
+DT_TEST_TIMEOUT(comm_allreduce_16bit_wire, 60)
+{
+    run_ranks(3, NULL, body_mean_bf16, 0, NULL);
+}
+
+static void body_bcast_gather(rank_ctx *r, dt_comm *c)
+{
+    dt_err err = {0};
+    size_t sizes[] = {0, 1, 5, 100003, 3u << 20};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        uint8_t *b = malloc(n + 1);
+        for (int root = 0; root < r->world; root++) {
+            for (size_t i = 0; i < n; i++)
+                b[i] = (uint8_t)(r->rank == root ? (i * 31 + (size_t)root) : 0xee);
+            ASSERT_OK(dt_comm_broadcast(c, b, n, root, 30000, &err), &err);
+            for (size_t i = 0; i < n; i++)
+                if (b[i] != (uint8_t)(i * 31 + (size_t)root))
+                    DT_FAIL_("rank %d root %d n %zu: byte %zu", r->rank, root, n, i);
+        }
+        free(b);
+    }
+    size_t gsz[] = {0, 1, 13, 1 << 20};
+    for (size_t s = 0; s < 4; s++) {
+        size_t n = gsz[s];
+        uint8_t *in = malloc(n + 1), *out = malloc(n * (size_t)r->world + 1);
+        for (size_t i = 0; i < n; i++)
+            in[i] = (uint8_t)(i + (size_t)r->rank * 77);
+        ASSERT_OK(dt_comm_allgather(c, in, n, out, 30000, &err), &err);
+        for (int k = 0; k < r->world; k++)
+            for (size_t i = 0; i < n; i++)
+                if (out[(size_t)k * n + i] != (uint8_t)(i + (size_t)k * 77))
+                    DT_FAIL_("rank %d: all-gather block %d byte %zu", r->rank, k, i);
+        free(in);
+        free(out);
+    }
+    for (int i = 0; i < 5; i++)
+        ASSERT_OK(dt_comm_barrier(c, 10000, &err), &err);
+}
+
+DT_TEST_TIMEOUT(comm_broadcast_allgather_barrier, 90)
+{
+    for (int R = 1; R <= 4; R++)
+        run_ranks(R, NULL, body_bcast_gather, 0, NULL);
+}
+
+static void body_async(rank_ctx *r, dt_comm *c)
+{
+    dt_err err = {0};
+    enum { NB = 6, N = 50000 };
+    float *b[NB];
+    dt_comm_req *req[NB];
+    for (int k = 0; k < NB; k++) {
+        b[k] = malloc(N * 4);
+        for (size_t i = 0; i < N; i++)
+            b[k][i] = (float)(k + r->rank);
+        ASSERT_OK(
+            dt_comm_allreduce_start(c, b[k], N, DT_COMM_SUM, DT_COMM_F32, 30000, &req[k], &err),
+            &err);
+    }
+    for (int k = 0; k < NB; k++) {
+        ASSERT_OK(dt_comm_wait(req[k], 30000, &err), &err);
+        float want = 0;
+        for (int q = 0; q < r->world; q++)
+            want += (float)(k + q);
+        ASSERT_TRUE(b[k][0] == want && b[k][N - 1] == want);
+        free(b[k]);
+    }
+}
+
+DT_TEST_TIMEOUT(comm_async_in_order, 60)
+{
+    run_ranks(3, NULL, body_async, 0, NULL);
+}
+
+/* Rank 1 aborts in the middle of a run of all-reduces: every rank fails naming worker:1, fast. */
+static void body_abort(rank_ctx *r, dt_comm *c)
+{
+    dt_err err = {0};
+    size_t n = 1 << 20;
+    float *b = calloc(n, 4);
+    int64_t t0 = (int64_t)dt_now_ms();
+    dt_status st = DT_OK;
+    for (int i = 0; i < 1000 && st == DT_OK; i++) {
+        if (r->rank == 1 && i == 3)
+            dt_comm_abort(c, "test abort");
+        st = dt_comm_allreduce(c, b, n, DT_COMM_SUM, DT_COMM_F32, 20000, &err);
+    }
+    r->st = st;
+    r->arg = (int64_t)dt_now_ms() - t0;
+    snprintf(r->msg, sizeof r->msg, "%s", err.msg);
+    free(b);
+    /* Later collectives fail at once with the same reason. */
+    ASSERT_TRUE(dt_comm_barrier(c, 1000, &err) != DT_OK);
+    ASSERT_CONTAINS(err.msg, "worker:1");
+}
+
+DT_TEST_TIMEOUT(comm_abort_names_the_rank, 60)
+{
+    rank_ctx out[MAXR];
+    run_ranks(4, NULL, body_abort, 0, out);
+    for (int i = 0; i < 4; i++) {
+        ASSERT_TRUE(out[i].st != DT_OK);
+        ASSERT_CONTAINS(out[i].msg, "worker:1");
+        ASSERT_LT(out[i].arg, 10000);
+    }
+}
+
+static void body_nothing(rank_ctx *r, dt_comm *c)
+{
+    (void)r;
+    (void)c;
+}
+
+DT_TEST_TIMEOUT(comm_stream_needs_token, 30)
+{
+    /* The ranks carry no token; the daemons want one: UNAUTHENTICATED, named in the error. */
+    nodes_up(2, "right-token");
+    dt_comm_opts o = {.rank = 0,
+                      .world = 2,
+                      .addresses = addrs,
+                      .names = names,
+                      .session = 77,
+                      .hub = nodes[0].hub,
+                      .connect_timeout_ms = 3000};
+    dt_comm *c = NULL;
+    dt_err err = {0};
+    ASSERT_EQ(dt_comm_new(&o, &c, &err), DT_EAUTH);
+    ASSERT_CONTAINS(err.msg, "worker:1");
+    ASSERT_CONTAINS(err.msg, "token");
+    o.token = "wrong";
+    ASSERT_EQ(dt_comm_new(&o, &c, &err), DT_EAUTH);
+    nodes_down(2);
+    (void)body_nothing;
+}
+
+DT_TEST_TIMEOUT(comm_connect_timeout_names_the_peer, 30)
+{
+    /* Rank 1's daemon runs, but nobody there starts the group. */
+    nodes_up(2, NULL);
+    dt_comm_opts o = {.rank = 0,
+                      .world = 2,
+                      .addresses = addrs,
+                      .names = names,
+                      .session = 78,
+                      .hub = nodes[0].hub,
+                      .connect_timeout_ms = 600};
+    dt_comm *c = NULL;
+    dt_err err = {0};
+    ASSERT_EQ(dt_comm_new(&o, &c, &err), DT_ETIMEDOUT);
+    ASSERT_CONTAINS(err.msg, "worker:1 at 127.0.0.1:");
+    ASSERT_CONTAINS(err.msg, "no communicator for session");
+    nodes_down(2);
+}
+
+DT_TEST(comm_wire_conversions)
+{
+    ASSERT_EQ(dt_comm_f32_to_bf16(1.0f), 0x3f80);
+    ASSERT_EQ(dt_comm_f32_to_f16(1.0f), 0x3c00);
+    ASSERT_EQ(dt_comm_f32_to_f16(65504.0f), 0x7bff);
+    ASSERT_EQ(dt_comm_f32_to_f16(1e6f), 0x7c00);
+    ASSERT_EQ(dt_comm_f32_to_f16(-2.0f), 0xc000);
+    ASSERT_EQ(dt_comm_f32_to_f16(5.9604645e-8f), 0x0001); /* smallest subnormal */
+    ASSERT_TRUE(dt_comm_f16_to_f32(0x0001) == 5.9604645e-8f);
+    ASSERT_TRUE(isnan(dt_comm_bf16_to_f32(dt_comm_f32_to_bf16(NAN))));
+    ASSERT_TRUE(isnan(dt_comm_f16_to_f32(dt_comm_f32_to_f16(NAN))));
+    /* 1 + 2^-8 is halfway between two bf16 values: ties go to even (1.0). */
+    ASSERT_EQ(dt_comm_f32_to_bf16(1.00390625f), 0x3f80);
+    ASSERT_EQ(dt_comm_f32_to_bf16(1.01171875f), 0x3f82);
+    for (int i = -2048; i <= 2048; i++)
+        ASSERT_TRUE(dt_comm_f16_to_f32(dt_comm_f32_to_f16((float)i)) == (float)i);
+    for (int i = -256; i <= 256; i++)
+        ASSERT_TRUE(dt_comm_bf16_to_f32(dt_comm_f32_to_bf16((float)i)) == (float)i);
+}
+
+DT_TEST(comm_bad_arguments)
+{
+    dt_comm_opts o = {.rank = 2, .world = 2};
+    dt_comm *c;
+    dt_err err = {0};
+    ASSERT_EQ(dt_comm_new(&o, &c, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "rank 2 of world 2");
+    o.rank = 0;
+    ASSERT_EQ(dt_comm_new(&o, &c, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "hub");
+    o.world = 1;
+    ASSERT_OK(dt_comm_new(&o, &c, &err), &err);
+    float x = 3;
+    ASSERT_OK(dt_comm_allreduce(c, &x, 1, DT_COMM_MEAN, DT_COMM_BF16, 1000, &err), &err);
+    ASSERT_TRUE(x == 3.0f);
+    ASSERT_EQ(dt_comm_broadcast(c, &x, 4, 1, 1000, &err), DT_EINVAL);
+    dt_comm_abort(c, "stop");
+    ASSERT_EQ(dt_comm_allreduce(c, &x, 1, DT_COMM_SUM, DT_COMM_F32, 1000, &err), DT_EPEER);
+    ASSERT_CONTAINS(err.msg, "stop");
+    dt_comm_free(c);
+}
