@@ -188,6 +188,7 @@ struct jrun {
     pthread_mutex_t mu;  /* guards comm (for abort) */
     void *comm;          /* the ring communicator while fitting, else NULL */
     char cancel_reason[256];
+    int64_t cancel_at_ms;
     dt_rpc_channel *chief; /* to the chief (its own address on rank 0) */
 };
 

@@ -18,6 +18,7 @@
 #define PREPARED_WAIT_MS  (15 * 60 * 1000) /* the other tasks may take long to load data */
 #define CHIEF_SILENCE_MS  30000            /* the chief unreachable this long: give up */
 #define FINISHED_RETRY_MS 10000
+#define CANCEL_ABORT_MS   3000 /* a cancelled trainer still running then: abort its ring */
 
 static void run_free(jrun *r)
 {
@@ -27,6 +28,22 @@ static void run_free(jrun *r)
     pthread_mutex_destroy(&r->mu);
     free(r->spec_json);
     free(r);
+}
+
+/* Sets the cancel flag: fit stops every rank after the same step (the flag travels with the
+ * step's metrics). The communicator is aborted only when abort_now, or later from the timer
+ * when the trainer has not stopped (a peer stuck in a collective). */
+static void cancel_run(jrun *r, const char *reason, bool abort_now)
+{
+    pthread_mutex_lock(&r->mu);
+    if (!atomic_load(&r->cancel)) {
+        snprintf(r->cancel_reason, sizeof r->cancel_reason, "%s", reason ? reason : "cancelled");
+        r->cancel_at_ms = dt_now_ms();
+    }
+    atomic_store(&r->cancel, true);
+    if (r->comm && abort_now)
+        dt__jobs_comm_abort(r->comm, r->cancel_reason);
+    pthread_mutex_unlock(&r->mu);
 }
 
 static void *trainer_main(void *arg)
@@ -40,6 +57,9 @@ static void *trainer_main(void *arg)
 void dt__jobs_runner_reap(dt_jobs *j)
 {
     jrun *r = j->run;
+    if (r && !atomic_load(&r->finished) && atomic_load(&r->cancel) &&
+        dt_now_ms() - r->cancel_at_ms > CANCEL_ABORT_MS)
+        cancel_run(r, NULL, true);
     if (!r || !atomic_load(&r->finished))
         return;
     if (r->thread_started)
@@ -114,17 +134,6 @@ void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void cancel_run(jrun *r, const char *reason)
-{
-    pthread_mutex_lock(&r->mu);
-    if (!atomic_load(&r->cancel))
-        snprintf(r->cancel_reason, sizeof r->cancel_reason, "%s", reason ? reason : "cancelled");
-    atomic_store(&r->cancel, true);
-    if (r->comm)
-        dt__jobs_comm_abort(r->comm, r->cancel_reason);
-    pthread_mutex_unlock(&r->mu);
-}
-
 void dt__jobs_runner_cancel(dt_jobs *j, dt_rpc_call *call)
 {
     Dtrain__V1__CancelJobRequest *req = NULL;
@@ -133,7 +142,7 @@ void dt__jobs_runner_cancel(dt_jobs *j, dt_rpc_call *call)
         return;
     if (j->run && strcmp(j->run->id, req->id) == 0 && !atomic_load(&j->run->finished)) {
         DT_INFO("jobs", "job %s: stopping (%s)", req->id, req->reason);
-        cancel_run(j->run, req->reason);
+        cancel_run(j->run, req->reason, false);
     }
     Dtrain__V1__Ack ack = DTRAIN__V1__ACK__INIT;
     dt_rpc_call_reply(call, &ack.base);
@@ -145,7 +154,7 @@ void dt__jobs_runner_stop(dt_jobs *j, int64_t timeout_ms)
     jrun *r = j->run;
     if (!r)
         return;
-    cancel_run(r, "dtraind is stopping");
+    cancel_run(r, "dtraind is stopping", true);
     if (r->thread_started) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

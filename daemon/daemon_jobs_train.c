@@ -6,6 +6,7 @@
  */
 #include "daemon_jobs_internal.h"
 
+#include "comm/comm.h"
 #include "config/jobspec.h"
 #include "core/buf.h"
 #include "core/clock.h"
@@ -119,31 +120,102 @@ static void on_epoch_end(void *ctx, const dt_train_epoch_info *e)
     dt__jobs_run_progress(p->r, &ev);
 }
 
-/* --- the comm -----------------------------------------------------------------------------------
- */
+/* --- the comm ----------------------------------------------------------------------------------- */
+
+#define ALLREDUCE_TIMEOUT_MS 120000 /* a dead peer fails sooner: its streams break */
+#define BROADCAST_TIMEOUT_MS 300000 /* the chief may load a checkpoint first */
+#define CONNECT_TIMEOUT_MS   30000
 
 void dt__jobs_comm_abort(void *comm, const char *why)
 {
-    (void)comm;
-    (void)why;
+    dt_comm_abort(comm, why);
 }
 
-/* The collectives for this run: none for one task; the ring otherwise. */
+static dt_status ring_allreduce_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+{
+    return dt_comm_allreduce_start(ctx, buf, n, DT_COMM_SUM, DT_COMM_F32, ALLREDUCE_TIMEOUT_MS,
+                                   (dt_comm_req **)req, err);
+}
+
+static dt_status ring_wait(void *ctx, void *req, dt_err *err)
+{
+    (void)ctx;
+    return dt_comm_wait(req, ALLREDUCE_TIMEOUT_MS, err);
+}
+
+static dt_status ring_broadcast(void *ctx, void *buf, size_t bytes, int root, dt_err *err)
+{
+    return dt_comm_broadcast(ctx, buf, bytes, root, BROADCAST_TIMEOUT_MS, err);
+}
+
+/* The collectives for this run: none for one task; a ring of every task otherwise (session =
+ * the job id and the generation, so a later run of the cluster never mixes with this one). */
 static dt_status comm_open(jrun *r, dt_train_comm *out, dt_err *err)
 {
     if (r->world == 1) {
         *out = dt_train_comm_local();
         return DT_OK;
     }
-    return dt_err_set(err, DT_ENOTSUP,
-                      "this dtraind was built without the ring collectives, so it trains on one "
-                      "task only; run a one-task cluster");
+    dt_jobs *j = r->jobs;
+    if (!dt__jobs_comm_hub(j))
+        return dt_err_set(err, DT_ENOTSUP,
+                          "this dtraind has no ring transport wired in, so it trains on one task "
+                          "only; run a one-task cluster");
+    const dt_cluster_spec *spec = dt__jobs_spec(j);
+    const char **addrs = calloc((size_t)r->world, sizeof *addrs);
+    const char **names = calloc((size_t)r->world, sizeof *names);
+    char(*nbuf)[48] = calloc((size_t)r->world, sizeof *nbuf);
+    dt_status st = DT_OK;
+    if (!addrs || !names || !nbuf) {
+        st = dt_err_set(err, DT_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < r->world; i++) {
+        const dt_task *t = dt_tfconfig_by_rank(spec, i);
+        addrs[i] = t->address;
+        dt_task_name(t, nbuf[i], sizeof nbuf[i]);
+        names[i] = nbuf[i];
+    }
+    dt_comm_opts o = {
+        .rank = r->rank,
+        .world = r->world,
+        .addresses = addrs,
+        .names = names,
+        .token = dt__jobs_token(j),
+        .session = r->session,
+        .hub = dt__jobs_comm_hub(j),
+        .connect_timeout_ms = CONNECT_TIMEOUT_MS,
+    };
+    dt_comm *c = NULL;
+    st = dt_comm_new(&o, &c, err);
+    if (st != DT_OK)
+        goto out;
+    pthread_mutex_lock(&r->mu);
+    r->comm = c;
+    bool cancelled = atomic_load(&r->cancel);
+    pthread_mutex_unlock(&r->mu);
+    (void)cancelled; /* fit sees the flag at its first step and stops every rank together */
+    *out = (dt_train_comm){.ctx = c,
+                           .rank = r->rank,
+                           .world = r->world,
+                           .allreduce_start = ring_allreduce_start,
+                           .wait = ring_wait,
+                           .broadcast = ring_broadcast};
+out:
+    free(addrs);
+    free(names);
+    free(nbuf);
+    return st;
 }
 
 static void comm_close(jrun *r, dt_train_comm *c)
 {
-    (void)r;
     (void)c;
+    pthread_mutex_lock(&r->mu);
+    dt_comm *comm = r->comm;
+    r->comm = NULL;
+    pthread_mutex_unlock(&r->mu);
+    dt_comm_free(comm);
 }
 
 /* --- the trainer thread -------------------------------------------------------------------------
