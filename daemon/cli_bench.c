@@ -2,11 +2,20 @@
  *   dtrain bench train --model M.json --batch B [--threads T] [--steps N] [--warmup W] [--json]
  * times training steps (forward, sparse cross-entropy, backward, SGD update) of one process on
  * random data and prints samples/s, the step time and how much of it the GEMMs take.
- *   dtrain bench allreduce  (not available yet) */
+ *   dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]
+ *                          [--wire f32|bf16|f16] [--streams K] [--verify] [--no-stream] [--json]
+ * asks a daemon (the chief by default) to run ring all-reduces of each size on every rank of the
+ * formed cluster and prints time, algbw and busbw (nccl-tests' convention), and what one raw gRPC
+ * stream between two daemons carries. */
 #include "cli.h"
 
+#include "comm.pb-c.h"
 #include "nn/model.h"
 #include "nn/optim.h"
+#include "rpc/rpc.h"
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
 
 #include <getopt.h>
 #include <stdio.h>
@@ -35,13 +44,16 @@ static void timed_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dtrain bench train --model M.json --batch B [--threads T] [--steps N]\n"
-               "                         [--warmup W] [--json]\n"
-               "       dtrain bench allreduce\n\n"
-               "train: one process, random data, sparse categorical cross-entropy and SGD;\n"
-               "  --threads sets OpenBLAS's threads (default: the machine's setting).\n"
-               "  --json prints {\"world_size\", \"batch\", \"samples_per_s\", \"step_s\", "
-               "\"gemm_s\",\n  \"gemm_fraction\", \"blas\"}.\n");
+    fprintf(
+        f, "usage: dtrain bench train --model M.json --batch B [--threads T] [--steps N]\n"
+           "                         [--warmup W] [--json]\n"
+           "       dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]\n"
+           "                              [--wire f32|bf16|f16] [--streams K] [--verify]\n"
+           "                              [--no-stream] [--timeout SEC] [--json]\n\n"
+           "train: one process, random data, sparse categorical cross-entropy and SGD;\n"
+           "  --threads sets OpenBLAS's threads (default: the machine's setting).\n"
+           "  --json prints {\"world_size\", \"batch\", \"samples_per_s\", \"step_s\", "
+           "\"gemm_s\",\n  \"gemm_fraction\", \"blas\"}.\n");
 }
 
 static int bench_train(int argc, char **argv)
@@ -150,6 +162,216 @@ out:
     return rc;
 }
 
+static int parse_sizes(const char *arg, uint64_t *sizes, size_t max, size_t *n)
+{
+    *n = 0;
+    const char *p = arg;
+    while (*p) {
+        char *end;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p)
+            return -1;
+        uint64_t mult = 1;
+        if (*end == 'K' || *end == 'k')
+            mult = 1ull << 10, end++;
+        else if (*end == 'M' || *end == 'm')
+            mult = 1ull << 20, end++;
+        else if (*end == 'G' || *end == 'g')
+            mult = 1ull << 30, end++;
+        if (*end == 'B' || *end == 'b')
+            end++;
+        if ((*end != ',' && *end != '\0') || *n >= max || v * mult > (2ull << 30))
+            return -1;
+        sizes[(*n)++] = v * mult;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return *n ? 0 : -1;
+}
+
+static void size_name(uint64_t b, char *buf, size_t n)
+{
+    if (b >= (1ull << 30) && b % (1ull << 30) == 0)
+        snprintf(buf, n, "%lluG", (unsigned long long)(b >> 30));
+    else if (b >= (1ull << 20) && b % (1ull << 20) == 0)
+        snprintf(buf, n, "%lluM", (unsigned long long)(b >> 20));
+    else if (b >= 1024 && b % 1024 == 0)
+        snprintf(buf, n, "%lluK", (unsigned long long)(b >> 10));
+    else
+        snprintf(buf, n, "%llu", (unsigned long long)b);
+}
+
+static int bench_allreduce(int argc, char **argv)
+{
+    static const struct option opts[] = {{"sizes", required_argument, NULL, 's'},
+                                         {"iters", required_argument, NULL, 'i'},
+                                         {"warmup", required_argument, NULL, 'w'},
+                                         {"wire", required_argument, NULL, 'W'},
+                                         {"streams", required_argument, NULL, 'k'},
+                                         {"verify", no_argument, NULL, 'v'},
+                                         {"no-stream", no_argument, NULL, 'n'},
+                                         {"timeout", required_argument, NULL, 'T'},
+                                         {"addr", required_argument, NULL, 'a'},
+                                         {"token-file", required_argument, NULL, 't'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {0, 0, 0, 0}};
+    uint64_t sizes[64];
+    size_t nsizes = 0;
+    parse_sizes("4K,64K,1M,4M,16M,64M", sizes, 64, &nsizes);
+    const char *wire = "f32", *addr_flag = NULL, *token_file = getenv("DTRAIN_TOKEN_FILE");
+    int iters = 5, warmup = 1, streams = 0, verify = 0, raw = 1, json = 0, c;
+    double timeout_s = 1800;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            if (parse_sizes(optarg, sizes, 64, &nsizes) != 0) {
+                fprintf(stderr,
+                        "dtrain bench allreduce: --sizes %s: give up to 64 sizes like "
+                        "4K,1M,64M (each at most 2G)\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'i':
+            iters = atoi(optarg);
+            break;
+        case 'w':
+            warmup = atoi(optarg);
+            break;
+        case 'W':
+            wire = optarg;
+            break;
+        case 'k':
+            streams = atoi(optarg);
+            break;
+        case 'v':
+            verify = 1;
+            break;
+        case 'n':
+            raw = 0;
+            break;
+        case 'T':
+            timeout_s = atof(optarg);
+            break;
+        case 'a':
+            addr_flag = optarg;
+            break;
+        case 't':
+            token_file = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (iters < 1 || iters > 100000 || warmup < 0 || warmup > 1000 || streams < 0 || streams > 16 ||
+        timeout_s <= 0 || (strcmp(wire, "f32") && strcmp(wire, "bf16") && strcmp(wire, "f16"))) {
+        fprintf(stderr, "dtrain bench allreduce: --iters 1..100000, --warmup 0..1000, --streams "
+                        "0..16, --wire f32|bf16|f16\n");
+        return 2;
+    }
+    char addr[256];
+    dt_cli_daemon_addr(addr_flag, addr, sizeof addr);
+    dt_err err = {0};
+    char *token = NULL;
+    if (token_file && *token_file && dt_rpc_token_load(token_file, &token, &err) != DT_OK) {
+        fprintf(stderr, "dtrain bench allreduce: %s\n", err.msg);
+        return 2;
+    }
+    dt_rpc_channel *ch = NULL;
+    if (dt_rpc_channel_new(addr, token, &ch, &err) != DT_OK) {
+        fprintf(stderr, "dtrain bench allreduce: %s\n", err.msg);
+        free(token);
+        return 1;
+    }
+    Dtrain__V1__CommBenchRequest req = DTRAIN__V1__COMM_BENCH_REQUEST__INIT;
+    req.sizes = sizes;
+    req.n_sizes = nsizes;
+    req.iters = (uint32_t)iters;
+    req.warmup = (uint32_t)warmup;
+    req.wire = (char *)wire;
+    req.verify = verify;
+    req.streams = (uint32_t)streams;
+    req.raw_stream = raw;
+    Dtrain__V1__CommBenchReply *rep = NULL;
+    dt_status st = dt_rpc_unary(ch, "/dtrain.v1.Comm/Bench", &req.base,
+                                &dtrain__v1__comm_bench_reply__descriptor,
+                                (ProtobufCMessage **)&rep, (int64_t)(timeout_s * 1000), &err);
+    dt_rpc_channel_free(ch);
+    free(token);
+    if (st != DT_OK) {
+        fprintf(stderr, "dtrain bench allreduce: %s\n", err.msg);
+        return st == DT_EINVAL || st == DT_EAUTH ? 2 : 1;
+    }
+    int R = (int)rep->world_size, rc = 0;
+    double bus = R > 1 ? 2.0 * (R - 1) / R : 1.0;
+    if (json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddNumberToObject(j, "world_size", R);
+        cJSON_AddStringToObject(j, "wire", wire);
+        cJSON_AddNumberToObject(j, "iters", iters);
+        cJSON *rows = cJSON_AddArrayToObject(j, "rows");
+        for (size_t i = 0; i < rep->n_rows; i++) {
+            const Dtrain__V1__CommBenchRow *r = rep->rows[i];
+            double alg = r->time_s > 0 ? (double)r->bytes / r->time_s / 1e9 : 0;
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "bytes", (double)r->bytes);
+            cJSON_AddNumberToObject(o, "time_s", r->time_s);
+            cJSON_AddNumberToObject(o, "algbw_GBps", alg);
+            cJSON_AddNumberToObject(o, "busbw_GBps", alg * bus);
+            if (verify)
+                cJSON_AddBoolToObject(o, "verified", r->verified);
+            cJSON_AddItemToArray(rows, o);
+        }
+        if (rep->stream_gbps > 0) {
+            cJSON_AddNumberToObject(j, "stream_GBps", rep->stream_gbps);
+            cJSON_AddNumberToObject(j, "stream_bytes", (double)rep->stream_bytes);
+        }
+        char *out = cJSON_Print(j);
+        printf("%s\n", out);
+        free(out);
+        cJSON_Delete(j);
+    } else {
+        printf("ring all-reduce, %d rank%s, wire %s, %d iterations (+%d warm-up), slowest rank\n\n",
+               R, R == 1 ? "" : "s", wire, iters, warmup);
+        printf("%10s %12s %12s %12s%s\n", "size", "time(ms)", "algbw(GB/s)", "busbw(GB/s)",
+               verify ? "  verified" : "");
+        for (size_t i = 0; i < rep->n_rows; i++) {
+            const Dtrain__V1__CommBenchRow *r = rep->rows[i];
+            double alg = r->time_s > 0 ? (double)r->bytes / r->time_s / 1e9 : 0;
+            char sz[32];
+            size_name(r->bytes, sz, sizeof sz);
+            printf("%10s %12.3f %12.3f %12.3f%s\n", sz, r->time_s * 1e3, alg, alg * bus,
+                   verify ? (r->verified ? "  yes" : "  NO") : "");
+        }
+        if (rep->stream_gbps > 0) {
+            char sz[32];
+            size_name(rep->stream_bytes, sz, sizeof sz);
+            double last = 0;
+            for (size_t i = 0; i < rep->n_rows; i++)
+                if (rep->rows[i]->bytes == rep->stream_bytes && rep->rows[i]->time_s > 0)
+                    last = (double)rep->rows[i]->bytes / rep->rows[i]->time_s / 1e9 * bus;
+            printf("\none raw gRPC stream (%s, one-stream broadcast): %.3f GB/s", sz,
+                   rep->stream_gbps);
+            if (last > 0)
+                printf("; busbw at %s is %.0f%% of it", sz, 100 * last / rep->stream_gbps);
+            printf("\n");
+        }
+    }
+    for (size_t i = 0; verify && i < rep->n_rows; i++)
+        if (!rep->rows[i]->verified)
+            rc = 1;
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    return rc;
+}
+
 int dt_cli_bench(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -158,10 +380,8 @@ int dt_cli_bench(int argc, char **argv)
     }
     if (!strcmp(argv[1], "train"))
         return bench_train(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "allreduce")) {
-        fprintf(stderr, "dtrain bench allreduce: not available yet\n");
-        return 2;
-    }
+    if (!strcmp(argv[1], "allreduce"))
+        return bench_allreduce(argc - 1, argv + 1);
     fprintf(stderr, "dtrain bench: unknown benchmark '%s'\n", argv[1]);
     usage(stderr);
     return 2;

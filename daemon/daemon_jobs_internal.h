@@ -87,7 +87,8 @@ struct job {
     int nprepared, ndone;
     bool cancel_requested;
     int64_t release_at_ms; /* terminal: give up waiting for the ranks' Finished after this */
-    int64_t cancel_at_ms;  /* cancel requested: call it cancelled after this */
+    int64_t cancel_at_ms;
+    atomic_bool stopping; /* the daemon is stopping: no more reports (its loop is joining us) */  /* cancel requested: call it cancelled after this */
     int64_t prepare_by_ms;
     int64_t saved_ms; /* last state.json write of progress */
 };
@@ -189,6 +190,7 @@ struct jrun {
     void *comm;          /* the ring communicator while fitting, else NULL */
     char cancel_reason[256];
     int64_t cancel_at_ms;
+    atomic_bool stopping; /* the daemon is stopping: no more reports (its loop is joining us) */
     dt_rpc_channel *chief; /* to the chief (its own address on rank 0) */
 };
 

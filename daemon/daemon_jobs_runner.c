@@ -154,6 +154,7 @@ void dt__jobs_runner_stop(dt_jobs *j, int64_t timeout_ms)
     jrun *r = j->run;
     if (!r)
         return;
+    atomic_store(&r->stopping, true);
     cancel_run(r, "dtraind is stopping", true);
     if (r->thread_started) {
         struct timespec ts;
@@ -232,7 +233,7 @@ void dt__jobs_run_finished(jrun *r, dt_status st, const char *error, const char 
     req.weights_path = (char *)(weights_path ? weights_path : "");
     dt_deadline until = dt_deadline_in(FINISHED_RETRY_MS);
     dt_err e = {0};
-    for (;;) {
+    while (!atomic_load(&r->stopping)) {
         Dtrain__V1__Ack *ack = NULL;
         if (dt_rpc_unary(r->chief, DT_RPC_RUN_FINISHED, &req.base, &dtrain__v1__ack__descriptor,
                          (ProtobufCMessage **)&ack, 3000, &e) == DT_OK) {

@@ -9,6 +9,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/sdnotify.h"
+#include "daemon_comm.h"
 #include "daemon_jobs.h"
 #include "rpc/rpc.h"
 
@@ -46,6 +47,7 @@ typedef struct dt_daemon {
     dt_cluster *cluster;
     dt_jobs *jobs;
     char state_dir_buf[4096];
+    dt_daemon_comm *comm;
     uv_signal_t sigterm, sigint;
     int exit_code;
     int stopping;
@@ -301,6 +303,8 @@ static void daemon_stop(dt_daemon *d, int code)
     d->cluster = NULL;
     dt_rpc_server_free(d->rpc);
     d->rpc = NULL;
+    dt_daemon_comm_free(d->comm);
+    d->comm = NULL;
     uv_signal_stop(&d->sigterm);
     uv_signal_stop(&d->sigint);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
@@ -357,6 +361,8 @@ static void on_call(void *ctx, dt_rpc_call *call)
     if (d->cluster && dt_cluster_handle_call(d->cluster, call))
         return;
     if (d->jobs && dt_jobs_handle_call(d->jobs, call))
+        return;
+    if (d->comm && dt_daemon_comm_handle_call(d->comm, call))
         return;
     char msg[256];
     snprintf(msg, sizeof msg, "%s is not served by this daemon (dtraind %s)",
@@ -419,10 +425,22 @@ static int run(dt_daemon *d)
     }
 
     uv_loop_init(&d->loop);
-    dt_rpc_server_opts so = {
-        .address = bind, .loop = &d->loop, .handler = on_call, .ctx = d, .token = d->token};
+    if (dt_daemon_comm_new(&d->loop, &d->spec, d->token, &d->comm, &err) != DT_OK) {
+        DT_ERROR("daemon", "%s", err.msg);
+        uv_loop_close(&d->loop);
+        return 1;
+    }
+    dt_rpc_server_opts so = {.address = bind,
+                             .loop = &d->loop,
+                             .handler = on_call,
+                             .ctx = d,
+                             .token = d->token,
+                             .stream_method = DT_COMM_METHOD,
+                             .streamq = dt_comm_hub_streamq(dt_daemon_comm_hub(d->comm))};
     if (dt_rpc_server_new(&so, &d->rpc, &err) != DT_OK) {
         DT_ERROR("daemon", "%s", err.msg);
+        dt_daemon_comm_free(d->comm);
+        uv_run(&d->loop, UV_RUN_DEFAULT);
         uv_loop_close(&d->loop);
         return 1;
     }
@@ -452,6 +470,7 @@ static int run(dt_daemon *d)
         .token = d->token,
         .state_dir = d->o.state_dir,
         .data_root = d->o.data_root ? d->o.data_root : "/",
+        .comm_hub = d->comm ? dt_daemon_comm_hub(d->comm) : NULL,
     };
     if (dt_cluster_new(&co, &d->cluster, &err) != DT_OK) {
         DT_ERROR("daemon", "%s", err.msg);
