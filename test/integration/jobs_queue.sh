@@ -51,6 +51,10 @@ jobs_wait_state 4 running 20
 # kill -9 of the daemon while job 4 runs; the restarted daemon keeps the list and fails job 4.
 kill -KILL "$(dt_daemon_pid q-w0)"
 wait "$(dt_daemon_pid q-w0)" 2>/dev/null || true
+# Junk in the jobs directory is skipped with a warning, not fatal.
+mkdir -p "$DT_TEST_TMP/q-w0/jobs/77" "$DT_TEST_TMP/q-w0/jobs/not-a-job" "$DT_TEST_TMP/q-w0/jobs/78"
+printf '{"state": "runn' >"$DT_TEST_TMP/q-w0/jobs/77/state.json"
+printf '{"id": "78", "state": "bogus"}' >"$DT_TEST_TMP/q-w0/jobs/78/state.json"
 jobs_start_one q 0
 dt_wait_file "$DT_TEST_TMP/q-w0.ready" --timeout 20 || dt_fail "the daemon did not come back"
 jc jobs --json >"$DT_TEST_TMP/jobs.json"
@@ -62,6 +66,8 @@ assert [jobs[i]["state"] for i in "1234"] == ["cancelled", "succeeded", "cancell
 assert "restarted" in jobs["4"]["error"], jobs["4"]["error"]
 assert jobs["2"]["metrics"]["accuracy"] > 0, jobs["2"]
 PY
+dt_assert_contains "$DT_TEST_TMP/q-w0.log" "skipping .*jobs/77" "a truncated state file is skipped"
+dt_assert_contains "$DT_TEST_TMP/q-w0.log" "skipping .*jobs/78" "a bad state is skipped"
 # Its final weights are still there, and new ids go on from the old ones.
 jc export 2 -o "$DT_TEST_TMP/w2.safetensors" >/dev/null || dt_fail "export after restart"
 dt_assert_contains "$(jc submit "$DT_TEST_TMP/short.json")" "^job 5 " "the next id after a restart"
