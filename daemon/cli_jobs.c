@@ -109,6 +109,7 @@ cJSON *dt_cli_job_json(const Dtrain__V1__JobInfo *j)
     cJSON_AddNumberToObject(o, "world_size", j->world_size);
     cJSON_AddNumberToObject(o, "examples", (double)j->examples);
     cJSON_AddNumberToObject(o, "params", (double)j->params);
+    cJSON_AddNumberToObject(o, "restarts", j->restarts);
     add_time(o, "submitted_unix", j->submitted_unix);
     add_time(o, "started_unix", j->started_unix);
     add_time(o, "finished_unix", j->finished_unix);

@@ -23,6 +23,7 @@
 #define END_GRACE_MS       10000  /* wait this long for the ranks' Finished after an end */
 #define CANCEL_GRACE_MS    10000  /* a cancel not confirmed by then is final anyway */
 #define PREPARE_TIMEOUT_MS 900000 /* preparing longer than this fails the job */
+#define MAX_RESTARTS       3
 
 struct jwatch {
     jwatch *next;
@@ -232,6 +233,7 @@ static void fill_info(const job *jb, info_buf *b)
     in->weights_path = (char *)jb->weights_path;
     in->n_weights_hashes = (size_t)jb->nhashes;
     in->weights_hashes = jb->hashes;
+    in->restarts = jb->restarts;
 }
 
 /* Appends an event, numbers it and updates the job's progress fields. Takes ev->message. */
@@ -412,6 +414,10 @@ static void start_done(dt_jobs *j, jcall *c)
         char who[300], msg[2 * DT_ERR_LEN];
         dt__jobs_rank_name(j, c->rank, who, sizeof who);
         snprintf(msg, sizeof msg, "could not start the job on %s: %s", who, c->err.msg);
+        if (!jb->done[c->rank]) { /* it never ran, so it will not report */
+            jb->done[c->rank] = 1;
+            jb->ndone++;
+        }
         end_job(j, jb, JOB_FAILED, msg);
         maybe_release(j);
     }
@@ -515,6 +521,7 @@ static void maybe_start(dt_jobs *j)
         c->start.session = jb->session;
         c->start.world_size = (uint32_t)world;
         c->start.rank = (uint32_t)r;
+        c->start.resume = jb->resume;
         jcall_queue(j, c);
     }
 }
@@ -1158,15 +1165,29 @@ dt_status dt_jobs_new(const dt_jobs_opts *opts, dt_jobs **out, dt_err *err)
         for (int i = 0; i < n; i++) {
             job *jb = list[i];
             if (jb->state == JOB_PREPARING || jb->state == JOB_RUNNING) {
+                /* The chief stopped (or died) under the job: run it again from its latest
+                 * checkpoint, a few times at most, so a job that kills its daemon ends. */
                 char msg[2 * DT_ERR_LEN];
+                bool again = jb->restarts < MAX_RESTARTS;
                 snprintf(msg, sizeof msg,
-                         "dtraind restarted while the job was %s (epoch %u, step %llu); "
-                         "resubmit it",
-                         dt__job_state_name(jb->state), jb->epoch, (unsigned long long)jb->step);
-                jb->state = JOB_FAILED;
-                jb->finished = dt_wall_s();
-                snprintf(jb->error, sizeof jb->error, "%.1000s", msg);
+                         "dtraind on the chief restarted while the job was %s (epoch %u, step "
+                         "%llu)%s",
+                         dt__job_state_name(jb->state), jb->epoch, (unsigned long long)jb->step,
+                         again ? "; it resumes from its latest checkpoint"
+                               : "; it was resumed too often already: resubmit it");
+                DT_WARN("jobs", "job %s: %s", jb->id, msg);
+                if (again) {
+                    jb->state = JOB_QUEUED;
+                    jb->restarts++;
+                    jb->resume = true;
+                } else {
+                    jb->state = JOB_FAILED;
+                    jb->finished = dt_wall_s();
+                    snprintf(jb->error, sizeof jb->error, "%.1000s", msg);
+                }
                 save(j, jb);
+            } else if (jb->state == JOB_QUEUED && jb->started > 0) {
+                jb->resume = true; /* queued again by an earlier restart, never restarted since */
             }
             uint64_t idn = strtoull(jb->id, NULL, 10);
             if (idn >= j->next_id)
@@ -1276,8 +1297,12 @@ void dt_jobs_free(dt_jobs *j)
         return;
     j->closing = true;
     if (j->active && !dt__job_terminal(j->active)) {
-        end_job(j, j->active, JOB_FAILED,
-                "dtraind on the chief was stopped while the job ran; resubmit it");
+        /* Left running on disk: the next start of this daemon resumes it from its latest
+         * checkpoint. The other tasks stop now. */
+        DT_WARN("jobs", "job %s: stopped with the daemon; it resumes when the daemon restarts",
+                j->active->id);
+        save(j, j->active);
+        cancel_ranks(j, j->active, "dtraind on the chief is stopping");
     }
     dt__jobs_runner_stop(j, 10000);
     finish_watchers(j, NULL, true);

@@ -74,7 +74,9 @@ struct job {
     uint32_t world;
     uint64_t examples, params;
     char weights_path[4096];
-    char **hashes; /* per rank, once finished */
+    char **hashes;     /* per rank, once finished */
+    uint32_t restarts; /* resumed after a chief restart this many times */
+    bool resume;       /* the next start resumes from the latest checkpoint */
     int nhashes;
     /* progress events: a ring of JOB_MAX_EVENTS, oldest at ev0 */
     jevent *ev;
@@ -88,7 +90,10 @@ struct job {
     bool cancel_requested;
     int64_t release_at_ms; /* terminal: give up waiting for the ranks' Finished after this */
     int64_t cancel_at_ms;
-    atomic_bool stopping; /* the daemon is stopping: no more reports (its loop is joining us) */  /* cancel requested: call it cancelled after this */
+    atomic_bool stopping;
+        /* the daemon is stopping: no more reports (its loop is joining us) */ /* cancel requested:
+                                                                                  call it cancelled
+                                                                                  after this */
     int64_t prepare_by_ms;
     int64_t saved_ms; /* last state.json write of progress */
 };
@@ -181,16 +186,18 @@ struct jrun {
     size_t spec_len;
     uint64_t generation, session;
     int rank, world;
+    bool resume;
     char job_dir[4096]; /* <state-dir>/jobs/ID */
     pthread_t thread;
     bool thread_started;
-    atomic_bool cancel;  /* set by Cancel; the trainer checks it every step */
-    atomic_int finished; /* the trainer thread has returned */
-    pthread_mutex_t mu;  /* guards comm (for abort) */
-    void *comm;          /* the ring communicator while fitting, else NULL */
+    atomic_bool cancel;   /* set by Cancel; the trainer checks it every step */
+    atomic_int finished;  /* the trainer thread has returned */
+    atomic_bool reported; /* it is reporting Finished: nothing left but to return */
+    pthread_mutex_t mu;   /* guards comm (for abort) */
+    void *comm;           /* the ring communicator while fitting, else NULL */
     char cancel_reason[256];
     int64_t cancel_at_ms;
-    atomic_bool stopping; /* the daemon is stopping: no more reports (its loop is joining us) */
+    atomic_bool stopping;  /* the daemon is stopping: no more reports (its loop is joining us) */
     dt_rpc_channel *chief; /* to the chief (its own address on rank 0) */
 };
 

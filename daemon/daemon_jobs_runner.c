@@ -77,6 +77,18 @@ void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
     char msg[2 * DT_ERR_LEN] = "";
     dt_status st = DT_OK;
     dt__jobs_runner_reap(j);
+    if (j->run && atomic_load(&j->run->reported) &&
+        (strcmp(j->run->id, req->id) != 0 || j->run->generation != req->generation)) {
+        /* The chief heard the last run's Finished and moved on before its thread returned:
+         * it has nothing left to do but return. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 5;
+        if (pthread_timedjoin_np(j->run->thread, NULL, &ts) == 0) {
+            run_free(j->run);
+            j->run = NULL;
+        }
+    }
     if (j->run && strcmp(j->run->id, req->id) == 0 && j->run->generation == req->generation) {
         /* a retried Start: already running */
     } else if (j->run) {
@@ -107,6 +119,7 @@ void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
             r->session = req->session;
             r->rank = (int)req->rank;
             r->world = (int)req->world_size;
+            r->resume = req->resume;
             pthread_mutex_init(&r->mu, NULL);
             const dt_task *chief = dt_tfconfig_by_rank(j->spec, 0);
             st = dt__job_mkdirs(j->state_dir, r->id, r->job_dir, sizeof r->job_dir, &err);
@@ -233,6 +246,7 @@ void dt__jobs_run_finished(jrun *r, dt_status st, const char *error, const char 
     req.weights_path = (char *)(weights_path ? weights_path : "");
     dt_deadline until = dt_deadline_in(FINISHED_RETRY_MS);
     dt_err e = {0};
+    atomic_store(&r->reported, true);
     while (!atomic_load(&r->stopping)) {
         Dtrain__V1__Ack *ack = NULL;
         if (dt_rpc_unary(r->chief, DT_RPC_RUN_FINISHED, &req.base, &dtrain__v1__ack__descriptor,

@@ -93,6 +93,7 @@ dt_status dt__job_save(const char *state_dir, const job *jb, bool with_spec, dt_
     cJSON_AddNumberToObject(o, "examples", (double)jb->examples);
     cJSON_AddNumberToObject(o, "params", (double)jb->params);
     cJSON_AddStringToObject(o, "weights_path", jb->weights_path);
+    cJSON_AddNumberToObject(o, "restarts", jb->restarts);
     cJSON *h = cJSON_AddArrayToObject(o, "weights_hashes");
     for (int i = 0; i < jb->nhashes; i++)
         cJSON_AddItemToArray(h, cJSON_CreateString(jb->hashes[i] ? jb->hashes[i] : ""));
@@ -145,7 +146,7 @@ static job *load_one(const char *dir, const char *id)
         cJSON_Delete(o);
         return NULL;
     }
-    snprintf(jb->id, sizeof jb->id, "%s", id);
+    snprintf(jb->id, sizeof jb->id, "%.*s", (int)sizeof jb->id - 1, id);
     str(o, "name", jb->name, sizeof jb->name);
     jb->state = state;
     jb->epoch = (uint32_t)num(o, "epoch");
@@ -169,6 +170,7 @@ static job *load_one(const char *dir, const char *id)
     jb->examples = (uint64_t)num(o, "examples");
     jb->params = (uint64_t)num(o, "params");
     str(o, "weights_path", jb->weights_path, sizeof jb->weights_path);
+    jb->restarts = (uint32_t)num(o, "restarts");
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "weights_hashes");
     int nh = cJSON_GetArraySize(h);
     if (nh > 0 && nh <= DT_MAX_CLUSTER_TASKS && (jb->hashes = calloc((size_t)nh, sizeof(char *)))) {

@@ -120,7 +120,8 @@ static void on_epoch_end(void *ctx, const dt_train_epoch_info *e)
     dt__jobs_run_progress(p->r, &ev);
 }
 
-/* --- the comm ----------------------------------------------------------------------------------- */
+/* --- the comm -----------------------------------------------------------------------------------
+ */
 
 #define ALLREDUCE_TIMEOUT_MS 120000 /* a dead peer fails sooner: its streams break */
 #define BROADCAST_TIMEOUT_MS 300000 /* the chief may load a checkpoint first */
@@ -238,6 +239,7 @@ void dt__jobs_train_main(jrun *r)
         o.world = r->world;
         o.out_dir = r->rank == 0 ? r->job_dir : NULL;
         o.cancel = &r->cancel;
+        o.resume = r->resume && r->rank == 0;
         if (r->rank == 0)
             o.progress = (dt_train_progress){&pc, on_epoch_begin, on_step_end, on_epoch_end};
         st = dt_train_new(&spec, &o, &t, &err);
