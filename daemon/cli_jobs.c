@@ -24,7 +24,7 @@ int dt_cli_conn_open(dt_cli_conn *c, const char *verb, const char *addr_flag,
 {
     c->verb = verb;
     if (c->timeout_s <= 0)
-        c->timeout_s = 10;
+        c->timeout_s = 30;
     dt_cli_daemon_addr(addr_flag, c->addr, sizeof c->addr);
     dt_err err = {0};
     if (!token_file)
@@ -202,7 +202,7 @@ static const char common_help[] =
     "  --addr HOST:PORT   the chief (default $DTRAIN_ADDR, the chief in $TF_CONFIG, else\n"
     "                     127.0.0.1:7000)\n"
     "  --token-file FILE  the cluster token (default $DTRAIN_TOKEN_FILE)\n"
-    "  --timeout SEC      per request (default 10)\n";
+    "  --timeout SEC      per request (default 30)\n";
 
 /* --- submit ------------------------------------------------------------------------------------
  */
@@ -544,7 +544,7 @@ int dt_cli_cancel(int argc, char **argv)
         return 2;
     }
     double wait_s = o.timeout_s ? o.timeout_s : 30;
-    dt_cli_conn c = {.timeout_s = 10};
+    dt_cli_conn c = {.timeout_s = 30};
     if ((rc = dt_cli_conn_open(&c, "cancel", o.addr, o.token_file)) != 0)
         return rc;
     Dtrain__V1__JobRef req = DTRAIN__V1__JOB_REF__INIT;

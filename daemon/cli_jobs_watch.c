@@ -263,7 +263,7 @@ int dt_cli_watch(int argc, char **argv)
         fprintf(stderr, "dtrain watch: give one JOB (see --help)\n");
         return 2;
     }
-    dt_cli_conn c = {.timeout_s = 10};
+    dt_cli_conn c = {.timeout_s = 30};
     int rc = dt_cli_conn_open(&c, "watch", addr, token_file);
     if (rc == 0)
         rc = dt_cli_watch_job(&c, argv[optind], json);
