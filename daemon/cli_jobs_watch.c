@@ -166,7 +166,7 @@ int dt_cli_watch_job(dt_cli_conn *c, const char *id, bool json)
         Dtrain__V1__WatchReply *rep = NULL;
         dt_status st = dt_rpc_unary(c->ch, DT_CLI_RPC_JOBS_WATCH, &req.base,
                                     &dtrain__v1__watch_reply__descriptor, (ProtobufCMessage **)&rep,
-                                    10000, &err);
+                                    30000, &err);
         if (st != DT_OK) {
             bool transient = st == DT_EPEER || st == DT_ETIMEDOUT;
             if (!transient || dt_now_ms() - last_ok > RECONNECT_WAIT_MS) {
