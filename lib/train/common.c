@@ -232,3 +232,23 @@ fail:
     dt_model_free(m);
     return st;
 }
+
+dt_status dt_train_check_world(const dt_jobspec *spec, int world, dt_err *err)
+{
+    if (world < 1)
+        return dt_err_set(err, DT_EINVAL, "train: world size %d", world);
+    if (spec->batch_size % world)
+        return dt_err_set(err, DT_EINVAL,
+                          "$.fit.batch_size: %d is the global batch and must be divisible by the "
+                          "%d replicas; use a multiple of %d",
+                          spec->batch_size, world, world);
+    dt_data_spec ds;
+    DT_TRY(dt__train_data_spec(spec, &ds, err));
+    size_t nfiles = ds.train.format == DT_DATA_FORMAT_IDX ? 1 : ds.train.nfiles;
+    dt_shard_plan plan;
+    dt_status st = dt_shard_resolve(ds.shard_policy, nfiles, world, 0, &plan, err);
+    if (st != DT_OK)
+        dt_err_prefix(err, "$.data.shard_policy: ");
+    dt_data_spec_destroy(&ds);
+    return st;
+}

@@ -39,6 +39,7 @@ struct dt_trainer {
     size_t started;
     dt_status hook_st;
     dt_err hook_err;
+    float *tail; /* (state size + 4): moving statistics and metrics of one step */
 
     dt_tfevents *tb;
 };
@@ -101,7 +102,10 @@ static dt_status plan_buckets(dt_trainer *t, dt_err *err)
     t->lo = malloc((nw + 1) * sizeof *t->lo);
     t->hi = malloc((nw + 1) * sizeof *t->hi);
     t->reqs = calloc(nw + 1, sizeof *t->reqs);
-    if (!starts || !t->lo || !t->hi || !t->reqs) {
+    size_t nst;
+    dt_model_state(t->m, &nst);
+    t->tail = malloc((nst + 4) * sizeof *t->tail);
+    if (!starts || !t->lo || !t->hi || !t->reqs || !t->tail) {
         free(starts);
         return dt_err_set(err, DT_ENOMEM, "train: out of memory");
     }
@@ -159,11 +163,7 @@ dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_tra
     if (opts->world < 1 || opts->rank < 0 || opts->rank >= opts->world)
         return dt_err_set(err, DT_EINVAL, "train: rank %d outside world %d", opts->rank,
                           opts->world);
-    if (spec->batch_size % opts->world)
-        return dt_err_set(err, DT_EINVAL,
-                          "$.fit.batch_size: %d is the global batch and must be divisible by the "
-                          "%d replicas; use a multiple of %d",
-                          spec->batch_size, opts->world, opts->world);
+    DT_TRY(dt_train_check_world(spec, opts->world, err));
     dt_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return dt_err_set(err, DT_ENOMEM, "train: out of memory");
@@ -261,6 +261,7 @@ void dt_train_free(dt_trainer *t)
     free(t->lo);
     free(t->hi);
     free(t->reqs);
+    free(t->tail);
     free(t);
 }
 
@@ -412,26 +413,32 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
         *err = t->hook_err;
         return t->hook_st;
     }
+    /* The step's small collective: BatchNormalization's moving statistics and the metrics, in
+     * one all-reduce started right behind the last gradient bucket (one round trip, not two). */
+    size_t ns;
+    float *state = dt_model_state(t->m, &ns);
+    bool cancel = t->opts.cancel && atomic_load(t->opts.cancel);
+    float *mv = t->tail + ns;
+    mv[0] = (float)(s.loss * b->n);
+    mv[1] = (float)round(s.accuracy * b->n);
+    mv[2] = (float)b->n;
+    mv[3] = cancel ? 1.0f : 0.0f;
     if (distributed(c)) {
         while (t->started < t->nbuckets)
             DT_TRY(start_bucket(t, err));
+        memcpy(t->tail, state, ns * sizeof(float));
+        void *treq = NULL;
+        DT_TRY(c->allreduce_start(c->ctx, t->tail, ns + 4, &treq, err));
         for (size_t k = 0; k < t->nbuckets; k++)
             DT_TRY(c->wait(c->ctx, t->reqs[k], err));
-        size_t ns;
-        float *state = dt_model_state(t->m, &ns);
-        if (ns) {
-            DT_TRY(allreduce(c, state, ns, err));
-            float inv = 1.0f / (float)c->world;
-            for (size_t i = 0; i < ns; i++)
-                state[i] *= inv;
-        }
+        DT_TRY(c->wait(c->ctx, treq, err));
+        /* the same sum on every replica, times the same factor: still bit-identical */
+        float inv = 1.0f / (float)c->world;
+        for (size_t i = 0; i < ns; i++)
+            state[i] = t->tail[i] * inv;
     }
     t->comm = NULL;
     DT_TRY(dt_optim_step(t->opt, err));
-    bool cancel = t->opts.cancel && atomic_load(t->opts.cancel);
-    float mv[4] = {(float)(s.loss * b->n), (float)round(s.accuracy * b->n), (float)b->n,
-                   cancel ? 1.0f : 0.0f};
-    DT_TRY(allreduce(c, mv, 4, err));
     step->loss = mv[0];
     step->correct = mv[1];
     step->n = mv[2];

@@ -21,13 +21,14 @@
  *   1. the next batch of this rank's pipeline (global batch / R examples, maybe fewer or none
  *      near an epoch's end: a replica with n == 0 contributes zero gradients and zero examples);
  *   2. forward + backward (the model scales gradients by 1 / global batch);
- *   3. gradients all-reduced (SUM) in buckets of strategy.bucket_mb, last layer first, the
- *      buckets started one after another and waited for at the end;
- *   4. BatchNormalization moving statistics all-reduced and divided by R;
- *   5. the optimizer update;
- *   6. metrics all-reduced in one small vector (loss * n, correct, n, cancel): a cancel seen by
+ *   3. gradients all-reduced (SUM) in buckets of strategy.bucket_mb cut at layer boundaries,
+ *      last layer first; each bucket is started from the model's grad-ready hook as soon as
+ *      backward has finished its layers, so the wire works while backward goes on;
+ *   4. one small all-reduce behind the last bucket: BatchNormalization's moving statistics
+ *      (then divided by R) and the metrics (loss * n, correct, n, cancel). A cancel seen by
  *      any replica stops every replica after the same step, so a cancel never leaves a peer
- *      waiting in a collective.
+ *      waiting in a collective;
+ *   5. after every wait, the optimizer update.
  * Validation every fit.validation_freq epochs is split across replicas the same way (DATA
  * sharding of the validation split) and its sums all-reduced.
  *
@@ -35,6 +36,8 @@
  * opts.resume is set and one exists (its spec hash must match), else initial_weights, else
  * keeps its seeded initial weights; then it broadcasts the position (epoch, step, optimizer
  * iterations, RNG), params, state and optimizer slots. So a worker needs no shared filesystem.
+ * A resumed run replays the interrupted one bit for bit (same data order, slots, iterations),
+ * except for Dropout masks on ranks > 0, which derive their stream from the chief's anew.
  *
  * Files the chief writes (the others write nothing):
  *   <checkpoint dir>/ckpt-<global step>.safetensors, by checkpoint.save_freq, the latest
@@ -164,13 +167,17 @@ typedef struct dt_trainer dt_trainer;
 
 dt_train_opts dt_train_opts_default(void);
 
-/* Submit-time check of everything a run needs, without loading the data: builds the model
- * (from spec->model_json), the optimizer and the loss; checks the metrics; parses the data
- * spec (under the data root; files exist, inside the root), reads the sizes of the data files
- * and checks them against the model's input (shape and classes, where known), and checks
- * initial_weights against the model. Errors name the JSON path ("$.compile.optimizer: ...").
- * info may be NULL. */
+/* Submit-time check of everything a run needs: builds the model (from spec->model_json), the
+ * optimizer and the loss; parses the data spec (under the data root; files exist, inside the
+ * root), loads the splits and checks them against the model (input shape up to axes of 1,
+ * labels for the loss, classes within the outputs), and checks initial_weights against the
+ * model. Errors name the JSON path ("$.compile.optimizer: ..."). info may be NULL.
+ * Reading the data takes about a second for Fashion-MNIST: call it off the loop thread. */
 dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err *err);
+
+/* Submit-time check that the spec can run on world replicas: the global batch divides by
+ * world ("$.fit.batch_size: ..."), and FILE sharding has at least world files. */
+dt_status dt_train_check_world(const dt_jobspec *spec, int world, dt_err *err);
 
 /* Prepares this replica: builds the model (seeded with data.seed), the optimizer, loads the
  * training (and validation) data and opens this rank's pipelines. */

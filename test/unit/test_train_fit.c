@@ -62,6 +62,12 @@ DT_TEST_TIMEOUT(train_replicas_follow_one, 120)
     tt_parse(tt_spec(1, 16, "\"adam\"", ", \"strategy\": {\"bucket_mb\": 0.0001}"), &small);
     tt_run(&small, 4, &o, -1, 0, four);
     check_follows(&one[0], four, 4);
+    /* the same with a comm that keeps the buckets in flight on a thread of its own */
+    tt_free(four, 4);
+    tt_use_async = true;
+    tt_run(&small, 4, &o, -1, 0, four);
+    check_follows(&one[0], four, 4);
+    tt_use_async = false;
     dt_jobspec_destroy(&small);
     tt_free(one, 1);
     tt_free(two, 2);
@@ -95,7 +101,7 @@ DT_TEST_TIMEOUT(train_learns, 120)
 /* Shard sizes in every combination of remainders: no replica count hangs or fails. */
 DT_TEST_TIMEOUT(train_uneven_shards_complete, 120)
 {
-    static const int sizes[] = {5, 6, 7, 9, 33};
+    static const int sizes[] = {3, 5, 6, 7, 9, 33};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         tt_setup(sizes[i], 3);
         dt_jobspec spec;
@@ -206,8 +212,9 @@ DT_TEST_TIMEOUT(train_checkpoint_resume, 120)
     tt_run(&spec, 2, &o, 0, 10, run);
     ASSERT_EQ(run[0].st, DT_ECANCELED);
     ASSERT_EQ(run[1].st, DT_ECANCELED);
+    tt_free(run, 2);
     o.resume = true;
-    tt_run(&spec, 2, &o, -1, 0, run + 0);
+    tt_run(&spec, 2, &o, -1, 0, run);
     ASSERT_EQ(run[0].st, DT_OK);
     ASSERT_TRUE(run[0].res.resumed);
     ASSERT_EQ(run[0].res.resumed_step, 11);
@@ -227,5 +234,67 @@ DT_TEST_TIMEOUT(train_checkpoint_resume, 120)
     ASSERT_CONTAINS(x[0].err.msg, "another job spec");
     tt_free(x, 1);
     dt_jobspec_destroy(&other);
+    dt_jobspec_destroy(&spec);
+}
+
+/* BatchNormalization's moving statistics are averaged across replicas every step, so even a
+ * model with non-trainable state ends bit-identical everywhere (the hash covers the state). */
+DT_TEST_TIMEOUT(train_batchnorm_replicas_identical, 60)
+{
+    tt_setup(N_TRAIN, N_VAL);
+    char text[16384];
+    snprintf(text, sizeof text, "%s", tt_spec(1, 16, "\"adam\"", ""));
+    const char *flat = "{\"class_name\": \"Flatten\"";
+    char *p = strstr(text, flat);
+    ASSERT_TRUE(p != NULL);
+    char rest[16384];
+    snprintf(rest, sizeof rest, "%s", p);
+    snprintf(p, sizeof text - (size_t)(p - text),
+             "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"bn\"}}, %s", rest);
+    dt_jobspec spec;
+    tt_parse(text, &spec);
+    dt_train_opts o = dt_train_opts_default();
+    tt_replica reps[2];
+    tt_run(&spec, 2, &o, -1, 0, reps);
+    for (int r = 0; r < 2; r++) {
+        if (reps[r].st != DT_OK)
+            fprintf(stderr, "rank %d: %s\n", r, reps[r].err.msg);
+        ASSERT_EQ(reps[r].st, DT_OK);
+        ASSERT_EQ(reps[r].res.weights_hash, reps[0].res.weights_hash);
+    }
+    tt_free(reps, 2);
+    dt_jobspec_destroy(&spec);
+}
+
+DT_TEST_TIMEOUT(train_steps_per_epoch_and_validation_freq, 60)
+{
+    tt_setup(N_TRAIN, N_VAL);
+    dt_jobspec spec;
+    char text[16384];
+    snprintf(text, sizeof text, "%s", tt_spec(3, 16, "\"sgd\"", ""));
+    char *p = strstr(text, "\"batch_size\": 16}");
+    ASSERT_TRUE(p != NULL);
+    snprintf(p, sizeof text - (size_t)(p - text),
+             "\"batch_size\": 16, \"steps_per_epoch\": 4, \"validation_freq\": 2}}");
+    tt_parse(text, &spec);
+    dt_train_opts o = dt_train_opts_default();
+    tt_replica reps[2];
+    tt_run(&spec, 2, &o, -1, 0, reps);
+    ASSERT_EQ(reps[0].st, DT_OK);
+    ASSERT_EQ(reps[0].res.global_step, 12); /* 3 epochs of 4 steps */
+    ASSERT_EQ(reps[0].nlosses, 12);
+    ASSERT_TRUE(reps[0].res.has_val); /* after epoch 2 */
+    tt_free(reps, 2);
+    dt_jobspec_destroy(&spec);
+
+    /* one epoch with validation_freq 2: no validation at all */
+    p = strstr(text, "\"epochs\": 3");
+    p[10] = '1';
+    tt_parse(text, &spec);
+    tt_run(&spec, 1, &o, -1, 0, reps);
+    ASSERT_EQ(reps[0].st, DT_OK);
+    ASSERT_EQ(reps[0].res.global_step, 4);
+    ASSERT_FALSE(reps[0].res.has_val);
+    tt_free(reps, 1);
     dt_jobspec_destroy(&spec);
 }

@@ -47,6 +47,15 @@ DT_TEST(train_validate)
     ASSERT_EQ(info.steps_per_epoch, 4);
     /* conv 3*3*1*4+4, hidden 6*6*4*16+16, out 16*4+4 */
     ASSERT_EQ(info.params_total, 40 + 2320 + 68);
+    ASSERT_OK(dt_train_check_world(&s, 4, &err), &err);
+    ASSERT_STATUS(dt_train_check_world(&s, 3, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "$.fit.batch_size: 32");
+    dt_jobspec_destroy(&s);
+    /* FILE sharding of one IDX file over 2 workers */
+    tt_parse(replace(tt_spec(1, 32, "\"adam\"", ""), "\"DATA\"", "\"FILE\""), &s);
+    ASSERT_OK(dt_train_check_world(&s, 1, &err), &err);
+    ASSERT_STATUS(dt_train_check_world(&s, 2, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "$.data.shard_policy");
     dt_jobspec_destroy(&s);
 
     expect_invalid(tt_spec(1, 32, "\"adagrad\"", ""), DT_ENOTSUP, "$.compile.optimizer");

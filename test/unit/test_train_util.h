@@ -204,6 +204,94 @@ static inline dt_status tt_broadcast(void *ctx, void *buf, size_t bytes, int roo
     return tt_barrier(r->s, err);
 }
 
+/* An asynchronous variant, as the ring is: allreduce_start queues the request for the rank's
+ * comm thread and returns at once; wait blocks until it is done. Buffers stay in flight while
+ * the trainer goes on with backward, so fit touching one before its wait would show up as
+ * replicas that differ. */
+typedef struct tt_req {
+    float *buf;
+    size_t n;
+    bool done;
+    dt_status st;
+    dt_err err;
+    struct tt_req *next;
+} tt_req;
+
+typedef struct tt_async {
+    tt_rank *rk;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    tt_req *head, *tail;
+    bool stop;
+} tt_async;
+
+static inline void *tt_async_main(void *arg)
+{
+    tt_async *a = arg;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->head && !a->stop)
+            pthread_cond_wait(&a->cv, &a->mu);
+        if (!a->head)
+            break;
+        tt_req *r = a->head;
+        pthread_mutex_unlock(&a->mu);
+        void *unused;
+        r->st = tt_allreduce_start(a->rk, r->buf, r->n, &unused, &r->err);
+        pthread_mutex_lock(&a->mu);
+        a->head = r->next;
+        if (!a->head)
+            a->tail = NULL;
+        r->done = true;
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+static inline dt_status tt_async_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+{
+    tt_async *a = ctx;
+    tt_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return dt_err_set(err, DT_ENOMEM, "async comm: out of memory");
+    r->buf = buf;
+    r->n = n;
+    pthread_mutex_lock(&a->mu);
+    if (a->tail)
+        a->tail->next = r;
+    else
+        a->head = r;
+    a->tail = r;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    *req = r;
+    return DT_OK;
+}
+
+static inline dt_status tt_async_wait(void *ctx, void *req, dt_err *err)
+{
+    tt_async *a = ctx;
+    tt_req *r = req;
+    pthread_mutex_lock(&a->mu);
+    while (!r->done)
+        pthread_cond_wait(&a->cv, &a->mu); /* the shm barrier itself times out after 30 s */
+    pthread_mutex_unlock(&a->mu);
+    dt_status st = r->st;
+    if (st != DT_OK)
+        *err = r->err;
+    free(r);
+    return st;
+}
+
+static inline dt_status tt_async_broadcast(void *ctx, void *buf, size_t bytes, int root,
+                                           dt_err *err)
+{
+    tt_async *a = ctx;
+    return tt_broadcast(a->rk, buf, bytes, root, err);
+}
+
 /* ---------------------------------------------------------------- R replicas as threads -- */
 
 #define TT_MAX_STEPS 256
@@ -214,6 +302,7 @@ typedef struct tt_replica {
     const dt_jobspec *spec;
     dt_train_opts opts;
     int cancel_at_step; /* 0: never; else set the cancel flag at this global step */
+    bool async;         /* use the asynchronous comm */
     atomic_bool cancel;
     /* out */
     dt_status st;
@@ -250,7 +339,31 @@ static inline void *tt_replica_main(void *arg)
                            .allreduce_start = tt_allreduce_start,
                            .wait = tt_wait,
                            .broadcast = tt_broadcast};
+        tt_async a = {.rk = &r->rk};
+        if (r->async) {
+            pthread_mutex_init(&a.mu, NULL);
+            pthread_cond_init(&a.cv, NULL);
+            pthread_create(&a.th, NULL, tt_async_main, &a);
+            c.ctx = &a;
+            c.allreduce_start = tt_async_start;
+            c.wait = tt_async_wait;
+            c.broadcast = tt_async_broadcast;
+        }
         r->st = dt_train_fit(t, &c, &r->res, &r->err);
+        if (r->async) {
+            if (r->st != DT_OK && r->st != DT_ECANCELED)
+                tt_shm_abort(r->s); /* queued requests fail instead of waiting */
+            pthread_mutex_lock(&a.mu);
+            a.stop = true;
+            pthread_cond_broadcast(&a.cv);
+            pthread_mutex_unlock(&a.mu);
+            pthread_join(a.th, NULL);
+            for (tt_req *q = a.head; q;) { /* started but never waited for: fit failed */
+                tt_req *next = q->next;
+                free(q);
+                q = next;
+            }
+        }
         size_t n;
         const float *p = dt_model_params(dt_train_model(t), &n);
         r->params = malloc(n * sizeof(float));
@@ -262,6 +375,8 @@ static inline void *tt_replica_main(void *arg)
     dt_train_free(t);
     return NULL;
 }
+
+static bool tt_use_async; /* tt_run: give the replicas the asynchronous comm */
 
 /* Runs fit on world replicas (threads); reps[0..world) are filled. opts is a template
  * (out_dir, resume). */
@@ -278,6 +393,7 @@ static inline void tt_run(const dt_jobspec *spec, int world, const dt_train_opts
         reps[i].spec = spec;
         reps[i].opts = *opts;
         reps[i].cancel_at_step = i == cancel_rank ? cancel_at_step : 0;
+        reps[i].async = tt_use_async;
         atomic_init(&reps[i].cancel, false);
         pthread_create(&th[i], NULL, tt_replica_main, &reps[i]);
     }
