@@ -138,6 +138,8 @@ static dt_status bench_run(bench_job *j, dt_err *err)
     int iters = q->iters ? (int)q->iters : 5, warm = (int)q->warmup;
     dt_comm *c = NULL;
     DT_TRY(open_comm(j, q->session, (int)q->streams, 0, &c, err));
+    DT_INFO("comm", "bench session %016llx: ring connected, %zu sizes, %d iterations",
+            (unsigned long long)q->session, q->n_sizes, iters);
     dt_status st = DT_OK;
     size_t maxb = 0;
     for (size_t s = 0; s < q->n_sizes && s < MAX_ROWS && st == DT_OK; s++) {
@@ -212,7 +214,8 @@ static void *rank_call_main(void *arg)
     rank_call *rc = arg;
     dt_daemon_comm *d = rc->j->d;
     dt_rpc_channel *ch = NULL;
-    rc->st = dt_rpc_channel_new(d->addrs[rc->rank], d->token, &ch, &rc->err);
+    /* A connection of its own: a shared one may be one a previous bench is tearing down. */
+    rc->st = dt_rpc_channel_new_dedicated(d->addrs[rc->rank], d->token, &ch, &rc->err);
     if (rc->st == DT_OK)
         rc->st = dt_rpc_unary(ch, DT_RPC_COMM_BENCH_RUN, &rc->req->base,
                               &dtrain__v1__comm_bench_reply__descriptor,
@@ -251,22 +254,15 @@ static dt_status bench_coordinate(bench_job *j, dt_err *err)
         if (rc[i].thread)
             pthread_join(rc[i].thread, NULL);
     dt_status st = DT_OK;
-    /* Report the first failure that is not a mere echo of another rank's. */
-    for (int pass = 0; pass < 2 && st == DT_OK; pass++) {
-        for (int i = 0; i < R && st == DT_OK; i++) {
-            if (rc[i].st == DT_OK)
-                continue;
-            if (pass == 0 && strstr(rc[i].err.msg, " reports") != NULL)
-                continue;
+    /* The ranks' own errors name the task that failed; a failed call to a rank says less. */
+    for (int i = 0; i < R && st == DT_OK; i++)
+        if (rc[i].st == DT_OK && rc[i].reply->error && *rc[i].reply->error)
+            st = dt_err_set(err, DT_EIO, "%s", rc[i].reply->error);
+    for (int i = 0; i < R && st == DT_OK; i++)
+        if (rc[i].st != DT_OK)
             st = dt_err_set(err, rc[i].st, "%s (%s): %s", d->names[i], d->addrs[i], rc[i].err.msg);
-        }
-    }
     for (int i = 0; i < R && st == DT_OK; i++) {
         Dtrain__V1__CommBenchReply *r = rc[i].reply;
-        if (r->error && *r->error) {
-            st = dt_err_set(err, DT_EIO, "%s: %s", d->names[i], r->error);
-            break;
-        }
         for (size_t k = 0; k < r->n_rows && k < MAX_ROWS; k++) {
             Dtrain__V1__CommBenchRow *row = &j->rows[k];
             if (i == 0) {

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# timeout: 120
+# Three daemons on loopback run `dtrain bench allreduce --verify` (exact sums, same bits); then a
+# kill -9 of worker:2 during 64 MB all-reduces makes the others fail naming worker:2 within 5 s,
+# the survivors stay up, and once worker:2 is restarted the group all-reduces again.
+source "$(dirname "$0")/lib.sh"
+
+mapfile -t ports < <(dt_free_ports 3)
+addrs=("127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}" "127.0.0.1:${ports[2]}")
+start() { dt_start_daemon "$1" TF_CONFIG="$(dt_tfconfig_workers "$2" "${addrs[@]}")" -- --ready-file "$DT_TEST_TMP/$1.ready"; }
+for i in 0 1 2; do start "w$i" "$i"; done
+for i in 0 1 2; do dt_wait_file "$DT_TEST_TMP/w$i.ready" --timeout 20 || dt_fail "worker:$i never formed"; done
+bench() { "$DT_BIN_DIR/dtrain" bench allreduce --addr "${addrs[0]}" "$@"; }
+
+# 0. bad input is refused (exit 2) with the option named.
+for bad in "--sizes 4X" "--sizes ," "--wire f64" "--iters 0" "--streams 99"; do
+  # shellcheck disable=SC2086
+  if bench $bad >"$DT_TEST_TMP/bad" 2>&1; then dt_fail "bench $bad was accepted"; else rc=$?; fi
+  dt_assert_eq "$rc" 2 "exit status of bench $bad"
+done
+dt_assert_contains "$DT_TEST_TMP/bad" "streams" "the error names the option"
+
+# 1. exact results, bf16 wire too; JSON keys as DESIGN.md says.
+bench --verify --sizes 0,4,28,4092,12004,4M --iters 2 --no-stream --json >"$DT_TEST_TMP/v.json" || dt_fail "bench --verify failed"
+dt_assert_eq "$(dt_json_get world_size "$DT_TEST_TMP/v.json")" 3 "world_size"
+dt_assert_eq "$(dt_json_get rows.5.bytes "$DT_TEST_TMP/v.json")" 4194304 "rows.5.bytes"
+dt_assert_eq "$(dt_json_get rows.5.verified "$DT_TEST_TMP/v.json")" true "rows.5.verified"
+dt_json_get rows.5.busbw_GBps "$DT_TEST_TMP/v.json" >/dev/null || dt_fail "no busbw_GBps"
+bench --verify --wire bf16 --sizes 1M --iters 1 --no-stream >"$DT_TEST_TMP/bf16.txt" || dt_fail "bf16 verify failed"
+dt_assert_contains "$DT_TEST_TMP/bf16.txt" "yes" "bf16 verified"
+
+# 2. kill -9 worker:2 in the middle of 64 MB all-reduces.
+bench --sizes 64M --iters 1000 --warmup 0 --no-stream >"$DT_TEST_TMP/kill.out" 2>&1 &
+cli=$!
+dt_wait_for grep -q "bench session" "$DT_TEST_TMP/w2.log" --timeout 20 || dt_fail "the bench never started on worker:2"
+sleep 1
+t0=$(dt__now_ms)
+kill -9 "$(dt_daemon_pid w2)"
+dt_wait_for dt__gone "$cli" --timeout 5 || dt_fail "the bench did not end within 5 s of the kill"
+ms=$(($(dt__now_ms) - t0))
+wait "$cli" && rc=0 || rc=$?
+cat "$DT_TEST_TMP/kill.out"
+echo "the bench failed ${ms} ms after the kill (exit $rc)"
+((rc == 1)) || dt_fail "bench exit status $rc, want 1"
+((ms < 5000)) || dt_fail "took ${ms} ms"
+dt_assert_contains "$DT_TEST_TMP/kill.out" "worker:2" "the CLI's error names the dead task"
+for i in 0 1; do
+  dt_assert_contains "$DT_TEST_TMP/w$i.log" "worker:2 at ${addrs[2]}" "worker:$i's comm error"
+  kill -0 "$(dt_daemon_pid "w$i")" || dt_fail "worker:$i died with its peer"
+done
+
+# 3. restart worker:2: a new group works.
+start w2b 2
+dt_wait_file "$DT_TEST_TMP/w2b.ready" --timeout 20 || dt_fail "restarted worker:2 never rejoined"
+small() { bench --verify --sizes 64K --iters 1 --no-stream; }
+dt_wait_for small --timeout 30 || dt_fail "no all-reduce after worker:2 came back"
+bench --verify --sizes 1M,4M --iters 2 --no-stream || dt_fail "bench after the restart failed"
+echo PASS
