@@ -91,9 +91,9 @@ struct job {
     int64_t release_at_ms; /* terminal: give up waiting for the ranks' Finished after this */
     int64_t cancel_at_ms;
     atomic_bool stopping;
-        /* the daemon is stopping: no more reports (its loop is joining us) */ /* cancel requested:
-                                                                                  call it cancelled
-                                                                                  after this */
+    /* the daemon is stopping: no more reports (its loop is joining us) */ /* cancel requested:
+                                                                              call it cancelled
+                                                                              after this */
     int64_t prepare_by_ms;
     int64_t saved_ms; /* last state.json write of progress */
 };

@@ -464,6 +464,9 @@ static int run(dt_daemon *d)
         .on_fatal = on_fatal,
         .ctx = d,
     };
+    if (!d->o.data_root)
+        DT_WARN("daemon", "no --data-root: job specs may read any file this user can read; "
+                          "give --data-root DIR to confine them");
     dt_jobs_opts jo = {
         .loop = &d->loop,
         .spec = &d->spec,
