@@ -425,11 +425,17 @@ static void start_done(dt_jobs *j, jcall *c)
 
 static void start_run(jcall *c)
 {
-    Dtrain__V1__Ack *ack = NULL;
-    c->st = dt_rpc_unary(c->ch, DT_RPC_RUN_START, &c->start.base, &dtrain__v1__ack__descriptor,
-                         (ProtobufCMessage **)&ack, RPC_TIMEOUT_MS, &c->err);
-    if (ack)
-        protobuf_c_message_free_unpacked(&ack->base, NULL);
+    /* A task still stopping its previous run says so (FAILED_PRECONDITION): ask again. */
+    for (int attempt = 0; attempt < 10; attempt++) {
+        Dtrain__V1__Ack *ack = NULL;
+        c->st = dt_rpc_unary(c->ch, DT_RPC_RUN_START, &c->start.base, &dtrain__v1__ack__descriptor,
+                             (ProtobufCMessage **)&ack, RPC_TIMEOUT_MS, &c->err);
+        if (ack)
+            protobuf_c_message_free_unpacked(&ack->base, NULL);
+        if (c->st != DT_ESTATE)
+            break;
+        dt_sleep_ms(1000);
+    }
 }
 
 static uint64_t session_of(const char *id, uint64_t generation)

@@ -77,15 +77,22 @@ void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
     char msg[2 * DT_ERR_LEN] = "";
     dt_status st = DT_OK;
     dt__jobs_runner_reap(j);
-    if (j->run && atomic_load(&j->run->reported) &&
-        (strcmp(j->run->id, req->id) != 0 || j->run->generation != req->generation)) {
-        /* The chief heard the last run's Finished and moved on before its thread returned:
-         * it has nothing left to do but return. */
+    if (j->run && (strcmp(j->run->id, req->id) != 0 || j->run->generation != req->generation)) {
+        /* The chief starts another run, so the one here is over for it: either it reported
+         * Finished and has nothing left but to return, or the chief restarted (or lost it)
+         * and it is stale. Stop it, without a report, and wait a little for its thread. */
+        jrun *old = j->run;
+        if (!atomic_load(&old->reported)) {
+            DT_WARN("jobs", "job %s: stopping a stale run (the chief now starts job %s)", old->id,
+                    req->id);
+            atomic_store(&old->stopping, true);
+            cancel_run(old, "the chief started another job", true);
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 5;
-        if (pthread_timedjoin_np(j->run->thread, NULL, &ts) == 0) {
-            run_free(j->run);
+        if (pthread_timedjoin_np(old->thread, NULL, &ts) == 0) {
+            run_free(old);
             j->run = NULL;
         }
     }
@@ -93,7 +100,7 @@ void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
         /* a retried Start: already running */
     } else if (j->run) {
         st = DT_ESTATE;
-        snprintf(msg, sizeof msg, "this task is still running job %s; cancel it first", j->run->id);
+        snprintf(msg, sizeof msg, "this task is still stopping job %s; try again", j->run->id);
     } else if ((int)req->rank != j->self_rank || (int)req->world_size != j->spec->world_size) {
         st = DT_EINVAL;
         snprintf(msg, sizeof msg,
