@@ -1111,6 +1111,8 @@ static void on_async(uv_async_t *a)
 void dt__jobs_run_progress(jrun *r, const jevent *ev)
 {
     dt_jobs *j = r->jobs;
+    if (atomic_load(&r->stopping)) /* the loop may be closing the async handle */
+        return;
     jqitem *it = calloc(1, sizeof *it);
     if (!it)
         return;

@@ -88,9 +88,15 @@ void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
             atomic_store(&old->stopping, true);
             cancel_run(old, "the chief started another job", true);
         }
+        /* Briefly: the loop must keep heartbeating. Not done yet -> FAILED_PRECONDITION, and
+         * the chief asks again a second later. */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 5;
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
         if (pthread_timedjoin_np(old->thread, NULL, &ts) == 0) {
             run_free(old);
             j->run = NULL;
