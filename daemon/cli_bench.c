@@ -202,20 +202,15 @@ static void size_name(uint64_t b, char *buf, size_t n)
 
 static int bench_allreduce(int argc, char **argv)
 {
-    static const struct option opts[] = {{"sizes", required_argument, NULL, 's'},
-                                         {"iters", required_argument, NULL, 'i'},
-                                         {"warmup", required_argument, NULL, 'w'},
-                                         {"wire", required_argument, NULL, 'W'},
-                                         {"streams", required_argument, NULL, 'k'},
-                                         {"verify", no_argument, NULL, 'v'},
-                                         {"no-stream", no_argument, NULL, 'n'},
-                                         {"timeout", required_argument, NULL, 'T'},
-                                         {"addr", required_argument, NULL, 'a'},
-                                         {"token-file", required_argument, NULL, 't'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {0, 0, 0, 0}};
-    uint64_t sizes[64];
+    static const struct option opts[] = {
+        {"sizes", required_argument, NULL, 's'},   {"iters", required_argument, NULL, 'i'},
+        {"warmup", required_argument, NULL, 'w'},  {"wire", required_argument, NULL, 'W'},
+        {"streams", required_argument, NULL, 'k'}, {"verify", no_argument, NULL, 'v'},
+        {"no-stream", no_argument, NULL, 'n'},     {"timeout", required_argument, NULL, 'T'},
+        {"addr", required_argument, NULL, 'a'},    {"token-file", required_argument, NULL, 't'},
+        {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
+        {"chunk", required_argument, NULL, 'C'},   {0, 0, 0, 0}};
+    uint64_t sizes[64], chunk = 0;
     size_t nsizes = 0;
     parse_sizes("4K,64K,1M,4M,16M,64M", sizes, 64, &nsizes);
     const char *wire = "f32", *addr_flag = NULL, *token_file = getenv("DTRAIN_TOKEN_FILE");
@@ -248,6 +243,14 @@ static int bench_allreduce(int argc, char **argv)
         case 'v':
             verify = 1;
             break;
+        case 'C': {
+            size_t one = 0;
+            if (parse_sizes(optarg, &chunk, 1, &one) != 0 || chunk < 4096 || chunk > (32u << 20)) {
+                fprintf(stderr, "dtrain bench allreduce: --chunk %s: give 4K to 32M\n", optarg);
+                return 2;
+            }
+            break;
+        }
         case 'n':
             raw = 0;
             break;
@@ -300,6 +303,7 @@ static int bench_allreduce(int argc, char **argv)
     req.verify = verify;
     req.streams = (uint32_t)streams;
     req.raw_stream = raw;
+    req.chunk_bytes = (uint32_t)chunk;
     Dtrain__V1__CommBenchReply *rep = NULL;
     dt_status st = dt_rpc_unary(ch, "/dtrain.v1.Comm/Bench", &req.base,
                                 &dtrain__v1__comm_bench_reply__descriptor,

@@ -137,7 +137,7 @@ static dt_status bench_run(bench_job *j, dt_err *err)
     dt_comm_wire wire = parse_wire(q->wire);
     int iters = q->iters ? (int)q->iters : 5, warm = (int)q->warmup;
     dt_comm *c = NULL;
-    DT_TRY(open_comm(j, q->session, (int)q->streams, 0, &c, err));
+    DT_TRY(open_comm(j, q->session, (int)q->streams, q->chunk_bytes, &c, err));
     DT_INFO("comm", "bench session %016llx: ring connected, %zu sizes, %d iterations",
             (unsigned long long)q->session, q->n_sizes, iters);
     dt_status st = DT_OK;
@@ -364,6 +364,8 @@ bool dt_daemon_comm_handle_call(dt_daemon_comm *d, dt_rpc_call *call)
     for (size_t i = 0; !bad && i < q->n_sizes; i++)
         if (q->sizes[i] > (1ull << 31))
             bad = "a size is over 2 GiB";
+    if (!bad && q->chunk_bytes && (q->chunk_bytes < 4096 || q->chunk_bytes > (32u << 20)))
+        bad = "chunk_bytes must be 4K to 32M";
     if (!bad && q->iters > 100000)
         bad = "iters must be at most 100000";
     if (!bad && q->wire && *q->wire && strcmp(q->wire, "f32") && strcmp(q->wire, "bf16") &&

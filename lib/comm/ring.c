@@ -149,9 +149,14 @@ static void comm_fail(dt_comm *c, dt_status st, const char *reason, int notify)
     c->head = c->tail = NULL;
     if (notify)
         send_notices(c, reason);
-    for (int k = 0; k < c->nstreams; k++) {
-        dt_rpc_stream_cancel(c->out[k].s);
-        dt_rpc_stream_cancel(c->in[k].s);
+    /* Release, not just cancel: gRPC keeps a stream's unsent bytes (slices of the caller's
+     * buffer) until the call itself is gone, and the waiter waits for those. */
+    for (int k = 0; k < MAX_STREAMS; k++) {
+        ring_stream *o = &c->out[k], *i = &c->in[k];
+        dt_rpc_stream_release(o->s);
+        dt_rpc_stream_release(i->s);
+        o->s = i->s = NULL;
+        o->send_busy = o->recv_busy = i->send_busy = i->recv_busy = 0;
     }
     pthread_cond_broadcast(&c->cv);
 }
@@ -362,10 +367,10 @@ static bool consume(dt_comm_req *r, size_t m, dt_rpc_msg *msg)
             nc += take;
             p += take;
             sl -= take;
-            if (nc == r->wsz) {
-                apply(r, op, at++, carry, 1);
-                nc = 0;
-            }
+            if (nc < r->wsz)
+                continue; /* this slice ended inside the element too */
+            apply(r, op, at++, carry, 1);
+            nc = 0;
         }
         size_t whole = sl / r->wsz;
         apply(r, op, at, p, whole);
@@ -539,6 +544,24 @@ static void on_data_event(dt_comm *c, ring_stream *rs, const dt_rpc_stream_event
     pump(c);
 }
 
+/* Why the active request r timed out: whom it waits for and how far it got. */
+static void timeout_reason(const dt_comm *c, const dt_comm_req *r, int64_t ms, char *m, size_t n)
+{
+    char w[NAME_LEN + DT_MAX_ADDRESS];
+    int waiting_in = r->has_recv && r->recvs_done < r->nmsg;
+    if (!r->started || !r->nmsg) {
+        snprintf(m, n, "%s: %s of %zu bytes timed out after %lld ms (queued behind others)",
+                 c->name[c->rank], r->what, r->n * r->esz, (long long)ms);
+        return;
+    }
+    snprintf(m, n,
+             "%s: %s of %zu bytes timed out after %lld ms, waiting for %s (%zu of %zu messages "
+             "received, %zu of %zu sent)",
+             c->name[c->rank], r->what, r->n * r->esz, (long long)ms,
+             who(c, waiting_in ? prev_rank(c) : next_rank(c), w, sizeof w), r->recvs_done,
+             r->has_recv ? r->nmsg : 0, r->sends_done, r->has_send ? r->nmsg : 0);
+}
+
 static void on_tick(dt_comm *c)
 {
     int64_t now = now_ms();
@@ -546,14 +569,8 @@ static void on_tick(dt_comm *c)
         comm_fail(c, DT_EPEER, c->pending_reason, 1);
     dt_comm_req *r = c->head;
     if (r && r->started && !r->done && !c->broken && now > r->deadline_ms) {
-        char w[NAME_LEN + DT_MAX_ADDRESS], m[1024];
-        int waiting_in = r->has_recv && r->recvs_done < r->nmsg;
-        snprintf(m, sizeof m,
-                 "%s: %s of %zu bytes timed out after %lld ms, waiting for %s (%zu of %zu "
-                 "messages received, %zu of %zu sent)",
-                 c->name[c->rank], r->what, r->n * r->esz, (long long)r->timeout_ms,
-                 who(c, waiting_in ? prev_rank(c) : next_rank(c), w, sizeof w), r->recvs_done,
-                 r->has_recv ? r->nmsg : 0, r->sends_done, r->has_send ? r->nmsg : 0);
+        char m[1024];
+        timeout_reason(c, r, r->timeout_ms, m, sizeof m);
         comm_fail(c, DT_ETIMEDOUT, m, 1);
     }
 }
@@ -664,7 +681,7 @@ static void send_notices(dt_comm *c, const char *reason)
             continue;
         dt_err err = {0};
         if (!c->notice_ch[i] &&
-            dt_rpc_channel_new(c->addr[i], c->token, &c->notice_ch[i], &err) != DT_OK)
+            dt_rpc_channel_new_dedicated(c->addr[i], c->token, &c->notice_ch[i], &err) != DT_OK)
             continue;
         dt_rpc_stream *s;
         if (dt_rpc_stream_open(c->notice_ch[i], c->hub->q, DT_COMM_METHOD, md, NOTICE_TIMEOUT, NULL,
@@ -756,6 +773,10 @@ static dt_status connect_ring(dt_comm *c, int64_t timeout_ms, dt_err *err)
     for (;;) {
         int64_t now = now_ms();
         int outs = 0, ins = 0;
+        if (c->broken) {
+            dt_err_set(err, DT_EPEER, "%s", c->reason);
+            goto fail;
+        }
         for (int k = 0; k < c->nstreams; k++) {
             ring_stream *o = &c->out[k];
             if (!o->s && o->retry_at_ms == -1) {
@@ -767,10 +788,6 @@ static dt_status connect_ring(dt_comm *c, int64_t timeout_ms, dt_err *err)
                 open_out(c, k);
             outs += o->ready;
             ins += c->in[k].ready;
-        }
-        if (c->broken) {
-            dt_err_set(err, DT_EPEER, "%s", c->reason);
-            goto fail;
         }
         if (outs == c->nstreams && ins == c->nstreams)
             break;
@@ -870,6 +887,13 @@ dt_status dt_comm_new(const dt_comm_opts *o, dt_comm **out, dt_err *err)
     if (st != DT_OK) {
         dt_comm_free(c);
         return st;
+    }
+    /* Connections for failure notices, made now: a notice must not wait for a handshake. */
+    for (int i = 0; i < c->world; i++) {
+        dt_err e2 = {0};
+        if (i != c->rank &&
+            dt_rpc_channel_new_dedicated(c->addr[i], c->token, &c->notice_ch[i], &e2) == DT_OK)
+            dt_rpc_channel_connect(c->notice_ch[i]);
     }
     *out = c;
     return DT_OK;
@@ -1012,9 +1036,8 @@ dt_status dt_comm_wait(dt_comm_req *r, int64_t timeout_ms, dt_err *err)
     while (!r->done) {
         int64_t left = deadline - now_ms();
         if (left <= 0) {
-            char m[512];
-            snprintf(m, sizeof m, "%s: %s of %zu bytes did not finish within %lld ms",
-                     c->name[c->rank], r->what, r->n * r->esz, (long long)timeout_ms);
+            char m[1024];
+            timeout_reason(c, r, timeout_ms > 0 ? timeout_ms : r->timeout_ms, m, sizeof m);
             comm_fail(c, DT_ETIMEDOUT, m, 1);
             req_finish(r, DT_ETIMEDOUT, m);
             break;

@@ -65,6 +65,11 @@ const char *dt_rpc_channel_address(const dt_rpc_channel *ch)
     return ch->address;
 }
 
+void dt_rpc_channel_connect(dt_rpc_channel *ch)
+{
+    grpc_channel_check_connectivity_state(ch->channel, 1);
+}
+
 grpc_channel *dt__rpc_channel_raw(dt_rpc_channel *ch)
 {
     return ch->channel;

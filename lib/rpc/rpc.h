@@ -106,6 +106,8 @@ dt_status dt_rpc_channel_new(const char *address, const char *token, dt_rpc_chan
 dt_status dt_rpc_channel_new_dedicated(const char *address, const char *token, dt_rpc_channel **out,
                                        dt_err *err);
 const char *dt_rpc_channel_address(const dt_rpc_channel *ch);
+/* Starts connecting now rather than at the first call. */
+void dt_rpc_channel_connect(dt_rpc_channel *ch);
 void dt_rpc_channel_free(dt_rpc_channel *ch);
 
 /* Sends req to method and waits at most timeout_ms for the reply, decoded with resp_desc into

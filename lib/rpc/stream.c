@@ -85,7 +85,22 @@ struct dt_rpc_msg {
     grpc_slice cur;
     int has_cur;
     size_t len;
+    size_t off, piece; /* piece > 0: hand cur out in pieces of at most this many bytes */
 };
+
+/* DT_RPC_SPLIT_SLICES=N (tests only) hands received messages out in pieces of at most N bytes,
+ * so readers prove they handle values split across slices, which gRPC may produce any time. */
+static size_t split_pieces(void)
+{
+    static atomic_long cached = -1;
+    long v = atomic_load(&cached);
+    if (v < 0) {
+        const char *e = getenv("DT_RPC_SPLIT_SLICES");
+        v = e ? atol(e) : 0;
+        atomic_store(&cached, v > 0 ? v : 0);
+    }
+    return (size_t)v;
+}
 
 static dt_rpc_stream *stream_new(dt_rpc_streamq *q, int server)
 {
@@ -291,6 +306,7 @@ static void handle(dt_rpc_stream *s, op_kind kind, bool ok)
             if (m && grpc_byte_buffer_reader_init(&m->reader, s->rbuf)) {
                 m->bb = s->rbuf;
                 m->len = grpc_byte_buffer_length(s->rbuf);
+                m->piece = split_pieces();
                 s->rbuf = NULL;
             } else {
                 free(m);
@@ -595,14 +611,19 @@ size_t dt_rpc_msg_len(const dt_rpc_msg *m)
 
 bool dt_rpc_msg_next(dt_rpc_msg *m, const uint8_t **p, size_t *len)
 {
-    if (m->has_cur)
-        grpc_slice_unref(m->cur);
-    m->has_cur = 0;
-    if (!grpc_byte_buffer_reader_next(&m->reader, &m->cur))
-        return false;
-    m->has_cur = 1;
-    *p = GRPC_SLICE_START_PTR(m->cur);
-    *len = GRPC_SLICE_LENGTH(m->cur);
+    if (!m->has_cur || m->off >= GRPC_SLICE_LENGTH(m->cur)) {
+        if (m->has_cur)
+            grpc_slice_unref(m->cur);
+        m->has_cur = 0;
+        m->off = 0;
+        if (!grpc_byte_buffer_reader_next(&m->reader, &m->cur))
+            return false;
+        m->has_cur = 1;
+    }
+    size_t left = GRPC_SLICE_LENGTH(m->cur) - m->off;
+    *p = GRPC_SLICE_START_PTR(m->cur) + m->off;
+    *len = m->piece && left > m->piece ? m->piece : left;
+    m->off += *len;
     return true;
 }
 
