@@ -48,6 +48,11 @@ void dt_cli_conn_close(dt_cli_conn *c)
     c->token = NULL;
 }
 
+bool dt_cli_not_connected(const dt_err *err)
+{
+    return strstr(err->msg, "failed to connect") || strstr(err->msg, "handshake");
+}
+
 int dt_cli_call(dt_cli_conn *c, const char *method, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                 double timeout_s)
@@ -55,8 +60,20 @@ int dt_cli_call(dt_cli_conn *c, const char *method, const ProtobufCMessage *req,
     dt_err err = {0};
     if (timeout_s <= 0)
         timeout_s = c->timeout_s;
-    dt_status st =
-        dt_rpc_unary(c->ch, method, req, resp_desc, resp, (int64_t)(timeout_s * 1000), &err);
+    dt_deadline until = dt_deadline_in((int64_t)(timeout_s * 1000));
+    dt_deadline retry_until = dt_deadline_in(3000);
+    dt_status st;
+    for (;;) {
+        int64_t left = dt_deadline_left_ms(until);
+        st = dt_rpc_unary(c->ch, method, req, resp_desc, resp, left > 0 ? left : 1, &err);
+        /* A connection attempt that failed never sent the request. A busy host can miss gRPC's
+         * short handshake window, so try again for a few seconds; a daemon that is not there
+         * is still reported quickly. */
+        if (st != DT_EPEER || !dt_cli_not_connected(&err) || dt_deadline_passed(retry_until) ||
+            dt_deadline_left_ms(until) < 300)
+            break;
+        dt_sleep_ms(200);
+    }
     if (st == DT_OK)
         return 0;
     fprintf(stderr, "dtrain %s: %s\n", c->verb, err.msg);

@@ -40,6 +40,9 @@ int dt_cli_call(dt_cli_conn *c, const char *method, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                 double timeout_s);
 
+/* The call failed before a connection existed, so the request was never sent. */
+bool dt_cli_not_connected(const dt_err *err);
+
 /* The job as DESIGN's `status --json` object ({"id", "name", "state", "epoch", "step",
  * "metrics", "error", ...}). */
 cJSON *dt_cli_job_json(const Dtrain__V1__JobInfo *j);

@@ -432,9 +432,12 @@ static void start_run(jcall *c)
                              (ProtobufCMessage **)&ack, RPC_TIMEOUT_MS, &c->err);
         if (ack)
             protobuf_c_message_free_unpacked(&ack->base, NULL);
-        if (c->st != DT_ESTATE)
+        /* Not connected (a busy host can miss gRPC's short handshake window): again soon. */
+        bool unsent = c->st == DT_EPEER &&
+                      (strstr(c->err.msg, "failed to connect") || strstr(c->err.msg, "handshake"));
+        if (c->st != DT_ESTATE && !unsent)
             break;
-        dt_sleep_ms(1000);
+        dt_sleep_ms(unsent ? 300 : 1000);
     }
 }
 
