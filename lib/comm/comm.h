@@ -31,10 +31,12 @@
  * destination (1). With f16/bf16 one conversion pass replaces the zero-copy send.
  *
  * Failures: every collective has a deadline. A broken stream (a peer died, kill -9) fails the
- * collective and poisons the comm; the error names the task ("worker:2 at 10.1.2.3:7001"), and
- * the rank that saw it tells every other rank (a short notice stream), so all survivors fail
- * within about a second with the dead task's name. Later collectives of that comm fail at once;
- * the daemon makes a new comm (new session) to go on.
+ * collective and poisons the comm; the error names the task ("worker:2 at 10.1.2.3:7001"). The
+ * rank that saw it waits up to 1 s for a notice that names an earlier cause (a neighbour's link
+ * breaks as a side effect when that neighbour gives up), then tells every other rank over a
+ * pre-connected notice stream, so all survivors fail within about 1-2 s naming the dead task.
+ * Later collectives of that comm fail at once; the daemon makes a new comm (new session) to go
+ * on. A failed comm releases its streams at once, so gRPC lets go of the callers' buffers.
  */
 #ifndef DT_COMM_COMM_H
 #define DT_COMM_COMM_H
@@ -97,7 +99,8 @@ dt_status dt_comm_allgather(dt_comm *c, const void *in, size_t bytes, void *out,
 dt_status dt_comm_barrier(dt_comm *c, int64_t timeout_ms, dt_err *err);
 
 /* Asynchronous all-reduce: queued behind earlier collectives; buf is borrowed until
- * dt_comm_wait returns. The deadline counts from the start call. */
+ * dt_comm_wait returns. timeout_ms counts from when it starts to run (after the collectives
+ * queued before it); the comm thread enforces it even if nobody waits. */
 dt_status dt_comm_allreduce_start(dt_comm *c, float *buf, size_t n, dt_comm_op op,
                                   dt_comm_wire wire, int64_t timeout_ms, dt_comm_req **req,
                                   dt_err *err);

@@ -1,68 +1,23 @@
-/* wire.c - float32 <-> float16 / bfloat16, rounding to nearest even (NaN stays NaN). */
+/* wire.c - the public float32 <-> float16 / bfloat16 conversions (see comm_internal.h). */
 #include "comm/comm.h"
-
-#include <string.h>
-
-static uint32_t bits_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float float_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+#include "comm/comm_internal.h"
 
 uint16_t dt_comm_f32_to_bf16(float f)
 {
-    uint32_t u = bits_of(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    return dt__f32_to_bf16(f);
 }
 
 float dt_comm_bf16_to_f32(uint16_t h)
 {
-    return float_of((uint32_t)h << 16);
+    return dt__bf16_to_f32(h);
 }
 
 uint16_t dt_comm_f32_to_f16(float f)
 {
-    uint32_t u = bits_of(f);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u)
-        return (uint16_t)(sign | 0x7e00u);
-    if (a >= 0x477ff000u) /* rounds to >= 65520: infinity */
-        return (uint16_t)(sign | 0x7c00u);
-    if (a < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
-        if (a < 0x33000000u)
-            return (uint16_t)sign;
-        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126 - e; /* 14..24 */
-        uint32_t half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1u)))
-            half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
-    return (uint16_t)(sign | (r >> 13));
+    return dt__f32_to_f16(f);
 }
 
 float dt_comm_f16_to_f32(uint16_t h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        float v = (float)m * (1.0f / 16777216.0f); /* m * 2^-24 */
-        return sign ? -v : v;
-    }
-    if (e == 31)
-        return float_of(sign | 0x7f800000u | (m << 13));
-    return float_of(sign | ((e + 112) << 23) | (m << 13));
+    return dt__f16_to_f32(h);
 }

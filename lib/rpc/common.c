@@ -45,11 +45,12 @@ grpc_channel_args *dt__rpc_args_new(int server)
     } else {
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
         v[n++].value.integer = 100;
-        /* gRPC uses this as the time one connection attempt (TCP + HTTP/2 handshake) may take;
-         * dedicated bulk channels get gRPC's default, as 100 ms fails attempts on a busy host
-         * ("tcp handshaker shutdown"). */
+        /* gRPC uses this as the time one connection attempt (TCP + HTTP/2 handshake) may take:
+         * 100 ms failed attempts on a busy host ("tcp handshaker shutdown", "timed out before
+         * receiving SETTINGS frame"). Calls keep their own deadlines; dedicated bulk channels
+         * get gRPC's default. */
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-        v[n++].value.integer = server == 2 ? 20000 : 100;
+        v[n++].value.integer = server == 2 ? 20000 : 2000;
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
         v[n++].value.integer = 1000;
         /* Every call has its own deadline; retries would only blur which attempt failed. */
