@@ -132,21 +132,45 @@ void dt__jobs_comm_abort(void *comm, const char *why)
     dt_comm_abort(comm, why);
 }
 
+/* The trainer thread's view of the ring: the comm and the all-reduces started but not yet
+ * waited for (fit stops waiting at its first error; those are released at close). */
+typedef struct ring_ctx {
+    dt_comm *c;
+    dt_comm_req **pending;
+    size_t npending, cap;
+} ring_ctx;
+
 static dt_status ring_allreduce_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
 {
-    return dt_comm_allreduce_start(ctx, buf, n, DT_COMM_SUM, DT_COMM_F32, ALLREDUCE_TIMEOUT_MS,
-                                   (dt_comm_req **)req, err);
+    ring_ctx *rc = ctx;
+    if (rc->npending == rc->cap) {
+        size_t cap = rc->cap ? rc->cap * 2 : 64;
+        dt_comm_req **p = realloc(rc->pending, cap * sizeof *p);
+        if (!p)
+            return dt_err_set(err, DT_ENOMEM, "out of memory");
+        rc->pending = p;
+        rc->cap = cap;
+    }
+    DT_TRY(dt_comm_allreduce_start(rc->c, buf, n, DT_COMM_SUM, DT_COMM_F32, ALLREDUCE_TIMEOUT_MS,
+                                   (dt_comm_req **)req, err));
+    rc->pending[rc->npending++] = *req;
+    return DT_OK;
 }
 
 static dt_status ring_wait(void *ctx, void *req, dt_err *err)
 {
-    (void)ctx;
+    ring_ctx *rc = ctx;
+    for (size_t i = 0; i < rc->npending; i++)
+        if (rc->pending[i] == req) {
+            rc->pending[i] = rc->pending[--rc->npending];
+            break;
+        }
     return dt_comm_wait(req, ALLREDUCE_TIMEOUT_MS, err);
 }
 
 static dt_status ring_broadcast(void *ctx, void *buf, size_t bytes, int root, dt_err *err)
 {
-    return dt_comm_broadcast(ctx, buf, bytes, root, BROADCAST_TIMEOUT_MS, err);
+    return dt_comm_broadcast(((ring_ctx *)ctx)->c, buf, bytes, root, BROADCAST_TIMEOUT_MS, err);
 }
 
 /* The collectives for this run: none for one task; a ring of every task otherwise (session =
@@ -187,16 +211,23 @@ static dt_status comm_open(jrun *r, dt_train_comm *out, dt_err *err)
         .hub = dt__jobs_comm_hub(j),
         .connect_timeout_ms = CONNECT_TIMEOUT_MS,
     };
+    ring_ctx *rc = calloc(1, sizeof *rc);
+    if (!rc) {
+        st = dt_err_set(err, DT_ENOMEM, "out of memory");
+        goto out;
+    }
     dt_comm *c = NULL;
     st = dt_comm_new(&o, &c, err);
-    if (st != DT_OK)
+    if (st != DT_OK) {
+        free(rc);
         goto out;
+    }
+    rc->c = c;
+    /* A cancel that came before now is seen by fit at its first step, on every rank at once. */
     pthread_mutex_lock(&r->mu);
     r->comm = c;
-    bool cancelled = atomic_load(&r->cancel);
     pthread_mutex_unlock(&r->mu);
-    (void)cancelled; /* fit sees the flag at its first step and stops every rank together */
-    *out = (dt_train_comm){.ctx = c,
+    *out = (dt_train_comm){.ctx = rc,
                            .rank = r->rank,
                            .world = r->world,
                            .allreduce_start = ring_allreduce_start,
@@ -211,12 +242,21 @@ out:
 
 static void comm_close(jrun *r, dt_train_comm *c)
 {
-    (void)c;
+    if (r->world == 1)
+        return;
+    ring_ctx *rc = c->ctx;
     pthread_mutex_lock(&r->mu);
-    dt_comm *comm = r->comm;
     r->comm = NULL;
     pthread_mutex_unlock(&r->mu);
-    dt_comm_free(comm);
+    if (rc->npending) { /* fit ended at an error with all-reduces in flight: release them */
+        dt_comm_abort(rc->c, "the trainer stopped");
+        dt_err e = {0};
+        for (size_t i = 0; i < rc->npending; i++)
+            dt_comm_wait(rc->pending[i], 1000, &e);
+    }
+    dt_comm_free(rc->c);
+    free(rc->pending);
+    free(rc);
 }
 
 /* --- the trainer thread -------------------------------------------------------------------------
