@@ -19,9 +19,10 @@
  * connect deadline): call it from any thread but the libuv loop. dt_comm_abort is thread-safe.
  *
  * Algorithm (all-reduce): reduce-scatter then all-gather in rank order, 2(R-1) steps. Segments
- * of n/R floats are split into chunks (at most DT_COMM_CHUNK bytes); chunk m goes on stream
- * m % DT_COMM_STREAMS, so several chunks are in flight per neighbour, and a chunk is forwarded
- * as soon as it is reduced (send, receive and reduce overlap). Each segment is summed along one
+ * of n/R floats are split into chunks (at most DT_COMM_CHUNK bytes, and small enough that each
+ * stream carries one per step, down to 64 KiB); chunk m goes on stream m % DT_COMM_STREAMS, so
+ * several chunks are in flight per neighbour, and a chunk is forwarded as soon as it is reduced
+ * (send, receive and reduce overlap). Each segment is summed along one
  * chain and then copied everywhere, so every rank ends with the same bits; with a 16-bit wire
  * the owner rounds its segment through the wire format too. MEAN divides once, at the owner.
  *

@@ -255,7 +255,12 @@ static void plan(dt_comm_req *r)
         break;
     }
     }
-    r->kc = per_step / c->chunk + (per_step % c->chunk != 0);
+    /* Chunks of at most c->chunk bytes, but small enough that every stream has one per step
+     * (mid sizes would otherwise move one unpipelined message per step); 64 KiB at least. */
+    size_t chunk = c->chunk, spread = per_step / (size_t)c->nstreams;
+    if (spread < chunk)
+        chunk = spread > (64u << 10) ? spread : (64u << 10);
+    r->kc = per_step / chunk + (per_step % chunk != 0);
     if (r->kc == 0)
         r->kc = 1;
     r->nmsg = (size_t)r->nsteps * r->kc;
