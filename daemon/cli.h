@@ -17,6 +17,14 @@ int dt_cli_bench(int argc, char **argv);
 int dt_cli_cluster(int argc, char **argv);
 int dt_cli_data(int argc, char **argv);
 int dt_cli_summary(int argc, char **argv);
+int dt_cli_submit(int argc, char **argv);
+int dt_cli_jobs(int argc, char **argv);
+int dt_cli_status(int argc, char **argv);
+int dt_cli_watch(int argc, char **argv);
+int dt_cli_cancel(int argc, char **argv);
+int dt_cli_export(int argc, char **argv);
+int dt_cli_evaluate(int argc, char **argv);
+int dt_cli_predict(int argc, char **argv);
 
 /* The daemon to talk to: --addr, else DTRAIN_ADDR, else the chief in TF_CONFIG, else
  * 127.0.0.1:7000. Writes into buf and returns it. */

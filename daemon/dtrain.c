@@ -19,6 +19,14 @@ static const verb verbs[] = {
     {"cluster", dt_cli_cluster, "show the cluster's tasks, their state and heartbeats"},
     {"data", dt_cli_data, "inspect data files: dtrain data inspect FILE..."},
     {"summary", dt_cli_summary, "print a Keras model's layer table: dtrain summary MODEL.json"},
+    {"submit", dt_cli_submit, "submit a training job: dtrain submit JOB.json [--watch]"},
+    {"jobs", dt_cli_jobs, "list the cluster's jobs"},
+    {"status", dt_cli_status, "show one job: dtrain status [JOB] [--json]"},
+    {"watch", dt_cli_watch, "follow a job's progress: dtrain watch JOB"},
+    {"cancel", dt_cli_cancel, "cancel a job: dtrain cancel JOB"},
+    {"export", dt_cli_export, "fetch final weights: dtrain export JOB -o FILE.safetensors"},
+    {"evaluate", dt_cli_evaluate, "evaluate final weights: dtrain evaluate JOB --data SPEC"},
+    {"predict", dt_cli_predict, "predict: dtrain predict JOB --data SPEC -o FILE"},
 };
 
 static void usage(FILE *f)

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/sdnotify.h"
 #include "daemon_comm.h"
+#include "daemon_jobs.h"
 #include "rpc/rpc.h"
 
 #include <cjson/cJSON.h>
@@ -44,6 +45,8 @@ typedef struct dt_daemon {
     char *token;
     dt_rpc_server *rpc;
     dt_cluster *cluster;
+    dt_jobs *jobs;
+    char state_dir_buf[4096];
     dt_daemon_comm *comm;
     uv_signal_t sigterm, sigint;
     int exit_code;
@@ -65,8 +68,9 @@ static void usage(FILE *f)
         "  --token-file FILE         shared cluster token; every peer and client must prove it\n"
         "  --insecure                allow a non-loopback address without a token\n"
         "  --rendezvous-timeout SEC  give up forming the cluster after SEC seconds (default 300)\n"
-        "  --state-dir DIR           where jobs, checkpoints and logs are written\n"
-        "  --data-root DIR           job specs may only read files under DIR\n"
+        "  --state-dir DIR           where jobs, checkpoints and logs are written (default\n"
+        "                            /var/lib/dtrain as root, else ~/.local/state/dtrain)\n"
+        "  --data-root DIR           job specs may only read files under DIR (default /)\n"
         "  --ready-file FILE         write FILE (JSON) once the cluster is formed\n"
         "  --log-level LEVEL         error|warn|info|debug|trace (default info; or DT_LOG)\n"
         "  --check                   validate the configuration, print the resolved task, exit\n"
@@ -293,6 +297,8 @@ static void daemon_stop(dt_daemon *d, int code)
         return;
     d->stopping = 1;
     d->exit_code = code;
+    dt_jobs_free(d->jobs);
+    d->jobs = NULL;
     dt_cluster_free(d->cluster);
     d->cluster = NULL;
     dt_rpc_server_free(d->rpc);
@@ -354,6 +360,8 @@ static void on_call(void *ctx, dt_rpc_call *call)
     dt_daemon *d = ctx;
     if (d->cluster && dt_cluster_handle_call(d->cluster, call))
         return;
+    if (d->jobs && dt_jobs_handle_call(d->jobs, call))
+        return;
     if (d->comm && dt_daemon_comm_handle_call(d->comm, call))
         return;
     char msg[256];
@@ -386,6 +394,20 @@ static int run(dt_daemon *d)
                 "network)\n",
                 bind);
         return 2;
+    }
+    if (!d->o.state_dir) {
+        /* Jobs need somewhere to live: the system's state directory for a system daemon, the
+         * user's XDG state directory otherwise. */
+        const char *home = getenv("HOME");
+        if (getuid() == 0 || !home || !*home) {
+            snprintf(d->state_dir_buf, sizeof d->state_dir_buf, "/var/lib/dtrain");
+        } else {
+            snprintf(d->state_dir_buf, sizeof d->state_dir_buf, "%s/.local/state", home);
+            mkdir(d->state_dir_buf,
+                  0700); /* its parents are the user's, or the mkdir below fails */
+            snprintf(d->state_dir_buf, sizeof d->state_dir_buf, "%s/.local/state/dtrain", home);
+        }
+        d->o.state_dir = d->state_dir_buf;
     }
     if (d->o.state_dir && mkdir(d->o.state_dir, 0750) != 0 && errno != EEXIST) {
         fprintf(stderr, "dtraind: --state-dir %s: %s\n", d->o.state_dir, strerror(errno));
@@ -442,8 +464,22 @@ static int run(dt_daemon *d)
         .on_fatal = on_fatal,
         .ctx = d,
     };
+    if (!d->o.data_root)
+        DT_WARN("daemon", "no --data-root: job specs may read any file this user can read; "
+                          "give --data-root DIR to confine them");
+    dt_jobs_opts jo = {
+        .loop = &d->loop,
+        .spec = &d->spec,
+        .token = d->token,
+        .state_dir = d->o.state_dir,
+        .data_root = d->o.data_root ? d->o.data_root : "/",
+        .comm_hub = d->comm ? dt_daemon_comm_hub(d->comm) : NULL,
+    };
     if (dt_cluster_new(&co, &d->cluster, &err) != DT_OK) {
         DT_ERROR("daemon", "%s", err.msg);
+        daemon_stop(d, 1);
+    } else if ((jo.cluster = d->cluster, dt_jobs_new(&jo, &d->jobs, &err)) != DT_OK) {
+        DT_ERROR("daemon", "jobs: %s", err.msg);
         daemon_stop(d, 1);
     } else {
         uv_signal_init(&d->loop, &d->sigterm);

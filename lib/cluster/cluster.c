@@ -140,6 +140,15 @@ bool dt_cluster_formed(const dt_cluster *c)
     return c->formed;
 }
 
+bool dt_cluster_member_up(const dt_cluster *c, int rank, uint64_t *incarnation)
+{
+    if (rank < 0 || rank >= c->nmembers)
+        return false;
+    if (incarnation)
+        *incarnation = rank == c->self ? c->incarnation : c->members[rank].incarnation;
+    return rank == c->self || c->members[rank].state == MEMBER_JOINED;
+}
+
 /* --- the view ----------------------------------------------------------------------------- */
 
 Dtrain__V1__ClusterView *dt__cluster_view_new(dt_cluster *c)

@@ -65,5 +65,8 @@ void dt_cluster_free(dt_cluster *c);
 
 uint64_t dt_cluster_generation(const dt_cluster *c);
 bool dt_cluster_formed(const dt_cluster *c);
+/* The chief's view of the task of rank: true when it has joined and is heartbeating; its
+ * incarnation (random per daemon start: a change means it restarted) in *incarnation. */
+bool dt_cluster_member_up(const dt_cluster *c, int rank, uint64_t *incarnation);
 
 #endif

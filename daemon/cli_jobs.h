@@ -1,0 +1,57 @@
+/*
+ * cli_jobs.h - shared by the job verbs of the CLI (daemon/cli_jobs*.c): the connection to the
+ * chief, the options every job verb takes, exit codes from RPC errors, and the job as JSON.
+ * Single-threaded, like the whole CLI.
+ */
+#ifndef DT_DAEMON_CLI_JOBS_H
+#define DT_DAEMON_CLI_JOBS_H
+
+#include "jobs.pb-c.h"
+#include "rpc/rpc.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+
+#define DT_CLI_RPC_JOBS_SUBMIT   "/dtrain.v1.Jobs/Submit"
+#define DT_CLI_RPC_JOBS_LIST     "/dtrain.v1.Jobs/ListJobs"
+#define DT_CLI_RPC_JOBS_STATUS   "/dtrain.v1.Jobs/JobStatus"
+#define DT_CLI_RPC_JOBS_WATCH    "/dtrain.v1.Jobs/Watch"
+#define DT_CLI_RPC_JOBS_CANCEL   "/dtrain.v1.Jobs/Cancel"
+#define DT_CLI_RPC_JOBS_EXPORT   "/dtrain.v1.Jobs/Export"
+#define DT_CLI_RPC_JOBS_EVALUATE "/dtrain.v1.Jobs/Evaluate"
+#define DT_CLI_RPC_JOBS_PREDICT  "/dtrain.v1.Jobs/Predict"
+
+/* A connection to the daemon named by --addr / DTRAIN_ADDR / TF_CONFIG. */
+typedef struct dt_cli_conn {
+    const char *verb; /* "submit", for messages */
+    char addr[256];
+    char *token;
+    dt_rpc_channel *ch;
+    double timeout_s;
+} dt_cli_conn;
+
+/* Opens the channel; returns an exit code (0 on success) after printing why not. */
+int dt_cli_conn_open(dt_cli_conn *c, const char *verb, const char *addr_flag,
+                     const char *token_file);
+void dt_cli_conn_close(dt_cli_conn *c);
+/* One call; on failure prints "dtrain VERB: message" (with a hint when the daemon is not
+ * there) and returns the exit code (2 for bad input, 1 otherwise); 0 on success. */
+int dt_cli_call(dt_cli_conn *c, const char *method, const ProtobufCMessage *req,
+                const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                double timeout_s);
+
+/* The call failed before a connection existed, so the request was never sent. */
+bool dt_cli_not_connected(const dt_err *err);
+
+/* The job as DESIGN's `status --json` object ({"id", "name", "state", "epoch", "step",
+ * "metrics", "error", ...}). */
+cJSON *dt_cli_job_json(const Dtrain__V1__JobInfo *j);
+/* Exit code for a job's state: 0 unless failed or cancelled (1). */
+int dt_cli_job_exit(const Dtrain__V1__JobInfo *j);
+bool dt_cli_job_terminal(const char *state);
+
+/* Follows job id until it ends, printing Keras's progress bar (tty, !json) or JSON lines;
+ * returns the exit code by the job's final state. */
+int dt_cli_watch_job(dt_cli_conn *c, const char *id, bool json);
+
+#endif

@@ -1,0 +1,272 @@
+/*
+ * dtrain watch JOB - follows a job's progress: Keras's progress bar on a terminal, JSON lines
+ * (one event per line) with --json or when stdout is not a terminal. Long-polls the chief's
+ * Jobs.Watch with the last event seq it has printed.
+ */
+#include "cli.h"
+#include "cli_jobs.h"
+
+#include "core/clock.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BAR_WIDTH         30
+#define RECONNECT_WAIT_MS 30000 /* the chief unreachable this long ends the watch */
+
+typedef struct bar {
+    bool tty;
+    bool json;
+    const char *id;
+    uint32_t epoch; /* the epoch whose header was printed */
+    bool open_line; /* a \r line is on screen */
+    int64_t start_ms;
+} bar;
+
+static const Dtrain__V1__Metric *find_metric(const Dtrain__V1__JobEvent *e, const char *name)
+{
+    for (size_t i = 0; i < e->n_metrics; i++)
+        if (strcmp(e->metrics[i]->name, name) == 0)
+            return e->metrics[i];
+    return NULL;
+}
+
+/* " - loss: 0.5234 - accuracy: 0.8123" with Keras's metric order, leaving out bookkeeping. */
+static void print_metrics(const Dtrain__V1__JobEvent *e)
+{
+    static const char *order[] = {"loss", "accuracy", "val_loss", "val_accuracy"};
+    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
+        const Dtrain__V1__Metric *m = find_metric(e, order[k]);
+        if (m)
+            printf(" - %s: %.4f", m->name, m->value);
+    }
+}
+
+static void print_duration(double s)
+{
+    if (s >= 3600)
+        printf("%d:%02d:%02d", (int)s / 3600, ((int)s % 3600) / 60, (int)s % 60);
+    else if (s >= 60)
+        printf("%d:%02d", (int)s / 60, (int)s % 60);
+    else
+        printf("%ds", (int)(s + 0.5));
+}
+
+static void print_bar(uint64_t step, uint64_t steps)
+{
+    int digits = snprintf(NULL, 0, "%llu", (unsigned long long)(steps ? steps : step));
+    printf("%*llu", digits, (unsigned long long)step);
+    if (!steps) {
+        printf("/Unknown");
+        return;
+    }
+    printf("/%llu [", (unsigned long long)steps);
+    int filled = (int)(BAR_WIDTH * (double)step / (double)steps);
+    if (filled > BAR_WIDTH)
+        filled = BAR_WIDTH;
+    for (int i = 0; i < BAR_WIDTH; i++) {
+        if (i < filled - 1 || (i == filled - 1 && step >= steps))
+            putchar('=');
+        else if (i == filled - 1)
+            putchar('>');
+        else
+            putchar('.');
+    }
+    putchar(']');
+}
+
+static void event_tty(bar *b, const Dtrain__V1__JobEvent *e)
+{
+    bool step = strcmp(e->kind, "step") == 0, end = strcmp(e->kind, "epoch_end") == 0;
+    if ((step || end || strcmp(e->kind, "epoch_begin") == 0) && e->epoch != b->epoch) {
+        if (b->open_line)
+            putchar('\n');
+        b->open_line = false;
+        printf("Epoch %u/%u\n", e->epoch, e->epochs);
+        b->epoch = e->epoch;
+    }
+    if (step) {
+        printf("\r");
+        print_bar(e->step, e->steps);
+        if (e->steps && e->step < e->steps && e->step > 0) {
+            double eta = e->elapsed_s / (double)e->step * (double)(e->steps - e->step);
+            printf(" - ETA: ");
+            print_duration(eta);
+        } else {
+            printf(" - ");
+            print_duration(e->elapsed_s);
+        }
+        print_metrics(e);
+        printf("\033[K");
+        b->open_line = true;
+    } else if (end) {
+        printf("\r");
+        print_bar(e->step, e->steps);
+        printf(" - ");
+        print_duration(e->elapsed_s);
+        if (e->step)
+            printf(" %.0fms/step", e->elapsed_s * 1000 / (double)e->step);
+        print_metrics(e);
+        printf("\033[K\n");
+        b->open_line = false;
+    } else if (strcmp(e->kind, "state") == 0) {
+        if (b->open_line)
+            putchar('\n');
+        b->open_line = false;
+        if (!dt_cli_job_terminal(e->state))
+            printf("job %s: %s\n", b->id, e->state);
+    }
+    fflush(stdout);
+}
+
+static void event_plain(const bar *b, const Dtrain__V1__JobEvent *e)
+{
+    /* Not a terminal: one line per event, as JSON, so scripts and logs can read it. */
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "job", b->id);
+    cJSON_AddNumberToObject(o, "seq", (double)e->seq);
+    cJSON_AddStringToObject(o, "kind", e->kind);
+    cJSON_AddNumberToObject(o, "epoch", e->epoch);
+    cJSON_AddNumberToObject(o, "epochs", e->epochs);
+    cJSON_AddNumberToObject(o, "step", (double)e->step);
+    cJSON_AddNumberToObject(o, "steps", (double)e->steps);
+    if (strcmp(e->kind, "state") == 0) {
+        cJSON_AddStringToObject(o, "state", e->state);
+        if (e->message && *e->message)
+            cJSON_AddStringToObject(o, "message", e->message);
+    } else {
+        cJSON *m = cJSON_AddObjectToObject(o, "metrics");
+        for (size_t i = 0; i < e->n_metrics; i++)
+            cJSON_AddNumberToObject(m, e->metrics[i]->name, e->metrics[i]->value);
+        cJSON_AddNumberToObject(o, "elapsed_s", e->elapsed_s);
+    }
+    cJSON_AddNumberToObject(o, "time_unix", e->time_unix);
+    char *s = cJSON_PrintUnformatted(o);
+    printf("%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+    fflush(stdout);
+}
+
+int dt_cli_watch_job(dt_cli_conn *c, const char *id, bool json)
+{
+    bar b = {.tty = !json && isatty(STDOUT_FILENO), .json = json, .id = id};
+    b.start_ms = dt_now_ms();
+    uint64_t after = 0;
+    int64_t last_ok = dt_now_ms();
+    dt_err err = {0};
+    for (;;) {
+        Dtrain__V1__WatchRequest req = DTRAIN__V1__WATCH_REQUEST__INIT;
+        req.id = (char *)id;
+        req.after_seq = after;
+        req.wait_ms = 1000;
+        Dtrain__V1__WatchReply *rep = NULL;
+        dt_status st = dt_rpc_unary(c->ch, DT_CLI_RPC_JOBS_WATCH, &req.base,
+                                    &dtrain__v1__watch_reply__descriptor, (ProtobufCMessage **)&rep,
+                                    30000, &err);
+        if (st != DT_OK) {
+            bool transient = st == DT_EPEER || st == DT_ETIMEDOUT;
+            if (!transient || dt_now_ms() - last_ok > RECONNECT_WAIT_MS) {
+                if (b.open_line)
+                    putchar('\n');
+                fprintf(stderr, "dtrain %s: %s\n", c->verb, err.msg);
+                return st == DT_ENOENT || st == DT_EINVAL || st == DT_EAUTH ? 2 : 1;
+            }
+            dt_sleep_ms(500);
+            continue;
+        }
+        last_ok = dt_now_ms();
+        if (rep->first_seq > after + 1 && after > 0 && !b.tty && !json)
+            fprintf(stderr, "dtrain %s: %llu events were dropped by the chief\n", c->verb,
+                    (unsigned long long)(rep->first_seq - after - 1));
+        for (size_t i = 0; i < rep->n_events; i++) {
+            const Dtrain__V1__JobEvent *e = rep->events[i];
+            if (e->seq <= after)
+                continue;
+            after = e->seq;
+            if (b.tty)
+                event_tty(&b, e);
+            else
+                event_plain(&b, e);
+        }
+        const Dtrain__V1__JobInfo *j = rep->job;
+        if (j && dt_cli_job_terminal(j->state) && rep->n_events == 0) {
+            int rc = dt_cli_job_exit(j);
+            if (b.tty) {
+                if (b.open_line)
+                    putchar('\n');
+                if (strcmp(j->state, "succeeded") == 0)
+                    printf("job %s (%s) succeeded in %.1f s\n", j->id, j->name,
+                           j->finished_unix - j->started_unix);
+                else
+                    printf("job %s (%s) %s: %s\n", j->id, j->name, j->state, j->error);
+            }
+            protobuf_c_message_free_unpacked(&rep->base, NULL);
+            return rc;
+        }
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain watch JOB [--json] [--addr HOST:PORT] [--token-file FILE]\n\n"
+            "Follows a job until it ends. On a terminal it prints Keras's progress bar:\n"
+            "  Epoch 1/3\n"
+            "  469/469 [==============================] - 9s 19ms/step - loss: 0.5200 - "
+            "accuracy: 0.8100\n"
+            "With --json, or when stdout is not a terminal, one JSON object per event and line:\n"
+            "{\"job\", \"seq\", \"kind\" (state, epoch_begin, step, epoch_end), \"epoch\",\n"
+            "\"epochs\", \"step\", \"steps\", \"metrics\", \"elapsed_s\", \"state\", "
+            "\"message\", \"time_unix\"}.\n"
+            "Exit status: 0 the job succeeded, 1 it failed or was cancelled (or the chief went\n"
+            "away for 30 s), 2 an unknown job or bad usage.\n");
+}
+
+int dt_cli_watch(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"addr", required_argument, NULL, 'a'},
+        {"token-file", required_argument, NULL, 't'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *addr = NULL, *token_file = NULL;
+    bool json = false;
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'a':
+            addr = optarg;
+            break;
+        case 't':
+            token_file = optarg;
+            break;
+        case 'j':
+            json = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "dtrain watch: give one JOB (see --help)\n");
+        return 2;
+    }
+    dt_cli_conn c = {.timeout_s = 30};
+    int rc = dt_cli_conn_open(&c, "watch", addr, token_file);
+    if (rc == 0)
+        rc = dt_cli_watch_job(&c, argv[optind], json);
+    dt_cli_conn_close(&c);
+    return rc;
+}

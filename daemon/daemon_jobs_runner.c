@@ -1,0 +1,281 @@
+/*
+ * daemon_jobs_runner.c - this daemon's part of a job: JobRunner.Start spawns the trainer thread
+ * (one at a time), JobRunner.Cancel sets its cancel flag and aborts its communicator, and the
+ * trainer thread's reports to the chief (Prepared, polled until GO; Finished, retried).
+ */
+#include "daemon_jobs_internal.h"
+
+#include "core/clock.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PREPARED_POLL_MS  200
+#define PREPARED_WAIT_MS  (15 * 60 * 1000) /* the other tasks may take long to load data */
+#define CHIEF_SILENCE_MS  30000            /* the chief unreachable this long: give up */
+#define FINISHED_RETRY_MS 10000
+#define CANCEL_ABORT_MS   3000 /* a cancelled trainer still running then: abort its ring */
+
+static void run_free(jrun *r)
+{
+    if (!r)
+        return;
+    dt_rpc_channel_free(r->chief);
+    pthread_mutex_destroy(&r->mu);
+    free(r->spec_json);
+    free(r);
+}
+
+/* Sets the cancel flag: fit stops every rank after the same step (the flag travels with the
+ * step's metrics). The communicator is aborted only when abort_now, or later from the timer
+ * when the trainer has not stopped (a peer stuck in a collective). */
+static void cancel_run(jrun *r, const char *reason, bool abort_now)
+{
+    pthread_mutex_lock(&r->mu);
+    if (!atomic_load(&r->cancel)) {
+        snprintf(r->cancel_reason, sizeof r->cancel_reason, "%s", reason ? reason : "cancelled");
+        r->cancel_at_ms = dt_now_ms();
+    }
+    atomic_store(&r->cancel, true);
+    if (r->comm && abort_now)
+        dt__jobs_comm_abort(r->comm, r->cancel_reason);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void *trainer_main(void *arg)
+{
+    jrun *r = arg;
+    dt__jobs_train_main(r);
+    atomic_store(&r->finished, 1);
+    return NULL;
+}
+
+void dt__jobs_runner_reap(dt_jobs *j)
+{
+    jrun *r = j->run;
+    if (r && !atomic_load(&r->finished) && atomic_load(&r->cancel) &&
+        dt_now_ms() - r->cancel_at_ms > CANCEL_ABORT_MS)
+        cancel_run(r, NULL, true);
+    if (!r || !atomic_load(&r->finished))
+        return;
+    if (r->thread_started)
+        pthread_join(r->thread, NULL);
+    j->run = NULL;
+    run_free(r);
+}
+
+void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
+{
+    Dtrain__V1__StartJobRequest *req = NULL;
+    if (dt_rpc_call_unpack(call, &dtrain__v1__start_job_request__descriptor,
+                           (ProtobufCMessage **)&req) != DT_OK)
+        return;
+    char msg[2 * DT_ERR_LEN] = "";
+    dt_status st = DT_OK;
+    dt__jobs_runner_reap(j);
+    if (j->run && (strcmp(j->run->id, req->id) != 0 || j->run->generation != req->generation)) {
+        /* The chief starts another run, so the one here is over for it: either it reported
+         * Finished and has nothing left but to return, or the chief restarted (or lost it)
+         * and it is stale. Stop it, without a report, and wait a little for its thread. */
+        jrun *old = j->run;
+        if (!atomic_load(&old->reported)) {
+            DT_WARN("jobs", "job %s: stopping a stale run (the chief now starts job %s)", old->id,
+                    req->id);
+            atomic_store(&old->stopping, true);
+            cancel_run(old, "the chief started another job", true);
+        }
+        /* Briefly: the loop must keep heartbeating. Not done yet -> FAILED_PRECONDITION, and
+         * the chief asks again a second later. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_timedjoin_np(old->thread, NULL, &ts) == 0) {
+            run_free(old);
+            j->run = NULL;
+        }
+    }
+    if (j->run && strcmp(j->run->id, req->id) == 0 && j->run->generation == req->generation) {
+        /* a retried Start: already running */
+    } else if (j->run) {
+        st = DT_ESTATE;
+        snprintf(msg, sizeof msg, "this task is still stopping job %s; try again", j->run->id);
+    } else if ((int)req->rank != j->self_rank || (int)req->world_size != j->spec->world_size) {
+        st = DT_EINVAL;
+        snprintf(msg, sizeof msg,
+                 "the chief sees this task as rank %u of %u, but it is rank %d of %d: are the "
+                 "TF_CONFIGs the same everywhere?",
+                 req->rank, req->world_size, j->self_rank, j->spec->world_size);
+    } else if (!req->id || !*req->id || strlen(req->id) >= JOB_ID_LEN ||
+               strspn(req->id, "0123456789") != strlen(req->id)) {
+        st = DT_EINVAL;
+        snprintf(msg, sizeof msg, "bad job id");
+    } else {
+        jrun *r = calloc(1, sizeof *r);
+        dt_err err = {0};
+        if (!r || !(r->spec_json = strdup(req->spec_json ? req->spec_json : ""))) {
+            free(r);
+            st = DT_ENOMEM;
+            snprintf(msg, sizeof msg, "out of memory");
+        } else {
+            r->jobs = j;
+            snprintf(r->id, sizeof r->id, "%s", req->id);
+            r->spec_len = strlen(r->spec_json);
+            r->generation = req->generation;
+            r->session = req->session;
+            r->rank = (int)req->rank;
+            r->world = (int)req->world_size;
+            r->resume = req->resume;
+            pthread_mutex_init(&r->mu, NULL);
+            const dt_task *chief = dt_tfconfig_by_rank(j->spec, 0);
+            st = dt__job_mkdirs(j->state_dir, r->id, r->job_dir, sizeof r->job_dir, &err);
+            if (st == DT_OK)
+                st = dt_rpc_channel_new(chief->address, j->token, &r->chief, &err);
+            if (st == DT_OK && pthread_create(&r->thread, NULL, trainer_main, r) != 0)
+                st = dt_err_set(&err, DT_ENOMEM, "could not start the trainer thread: %s",
+                                strerror(errno));
+            if (st != DT_OK) {
+                snprintf(msg, sizeof msg, "%s", err.msg);
+                run_free(r);
+            } else {
+                r->thread_started = true;
+                j->run = r;
+                DT_INFO("jobs", "job %s: preparing as rank %d of %d", r->id, r->rank, r->world);
+            }
+        }
+    }
+    if (st != DT_OK) {
+        dt_rpc_call_fail(call, st, msg);
+    } else {
+        Dtrain__V1__Ack ack = DTRAIN__V1__ACK__INIT;
+        dt_rpc_call_reply(call, &ack.base);
+    }
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void dt__jobs_runner_cancel(dt_jobs *j, dt_rpc_call *call)
+{
+    Dtrain__V1__CancelJobRequest *req = NULL;
+    if (dt_rpc_call_unpack(call, &dtrain__v1__cancel_job_request__descriptor,
+                           (ProtobufCMessage **)&req) != DT_OK)
+        return;
+    if (j->run && strcmp(j->run->id, req->id) == 0 && !atomic_load(&j->run->finished)) {
+        DT_INFO("jobs", "job %s: stopping (%s)", req->id, req->reason);
+        cancel_run(j->run, req->reason, false);
+    }
+    Dtrain__V1__Ack ack = DTRAIN__V1__ACK__INIT;
+    dt_rpc_call_reply(call, &ack.base);
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void dt__jobs_runner_stop(dt_jobs *j, int64_t timeout_ms)
+{
+    jrun *r = j->run;
+    if (!r)
+        return;
+    atomic_store(&r->stopping, true);
+    cancel_run(r, "dtraind is stopping", true);
+    if (r->thread_started) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (timeout_ms % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        if (pthread_timedjoin_np(r->thread, NULL, &ts) != 0) {
+            /* The process is about to exit; leaving the thread is better than hanging. */
+            DT_WARN("jobs", "job %s: the trainer did not stop within %lld ms; leaving it", r->id,
+                    (long long)timeout_ms);
+            pthread_detach(r->thread);
+            j->run = NULL;
+            return;
+        }
+    }
+    j->run = NULL;
+    run_free(r);
+}
+
+/* --- the trainer thread's reports ------------------------------------------------------------- */
+
+dt_status dt__jobs_run_prepared(jrun *r, bool ok, const char *error, uint64_t examples,
+                                uint64_t params, uint64_t steps_per_epoch, dt_err *err)
+{
+    Dtrain__V1__PreparedRequest req = DTRAIN__V1__PREPARED_REQUEST__INIT;
+    req.id = r->id;
+    req.rank = (uint32_t)r->rank;
+    req.ok = ok;
+    req.error = (char *)(error ? error : "");
+    req.examples = examples;
+    req.params = params;
+    req.steps_per_epoch = steps_per_epoch;
+    dt_deadline until = dt_deadline_in(PREPARED_WAIT_MS);
+    int64_t last_ok = dt_now_ms();
+    dt_err e = {0};
+    while (!dt_deadline_passed(until)) {
+        if (atomic_load(&r->cancel))
+            return dt_err_set(err, DT_ECANCELED, "cancelled: %s", r->cancel_reason);
+        Dtrain__V1__PreparedReply *rep = NULL;
+        dt_status st = dt_rpc_unary(r->chief, DT_RPC_RUN_PREPARED, &req.base,
+                                    &dtrain__v1__prepared_reply__descriptor,
+                                    (ProtobufCMessage **)&rep, 5000, &e);
+        if (st == DT_OK) {
+            last_ok = dt_now_ms();
+            int d = rep->decision;
+            if (d == DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT)
+                dt_err_set(err, DT_ECANCELED, "the chief stopped the job: %s", rep->message);
+            protobuf_c_message_free_unpacked(&rep->base, NULL);
+            if (d == DTRAIN__V1__PREPARED_REPLY__DECISION__GO)
+                return ok ? DT_OK : DT_ECANCELED;
+            if (d == DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT)
+                return DT_ECANCELED;
+            if (!ok) /* reported; the chief ends the job */
+                return dt_err_set(err, DT_ECANCELED, "%s", error);
+        } else if (dt_now_ms() - last_ok > CHIEF_SILENCE_MS) {
+            return dt_err_set(err, DT_EPEER, "the chief stopped answering: %s", e.msg);
+        }
+        dt_sleep_ms(PREPARED_POLL_MS);
+    }
+    return dt_err_set(err, DT_ETIMEDOUT, "the other tasks did not finish preparing in time");
+}
+
+void dt__jobs_run_finished(jrun *r, dt_status st, const char *error, const char *weights_hash,
+                           const char *weights_path)
+{
+    Dtrain__V1__FinishedRequest req = DTRAIN__V1__FINISHED_REQUEST__INIT;
+    req.id = r->id;
+    req.rank = (uint32_t)r->rank;
+    req.code = (int32_t)st;
+    req.error = (char *)(error ? error : "");
+    req.weights_hash = (char *)(weights_hash ? weights_hash : "");
+    req.weights_path = (char *)(weights_path ? weights_path : "");
+    dt_deadline until = dt_deadline_in(FINISHED_RETRY_MS);
+    dt_err e = {0};
+    atomic_store(&r->reported, true);
+    while (!atomic_load(&r->stopping)) {
+        Dtrain__V1__Ack *ack = NULL;
+        if (dt_rpc_unary(r->chief, DT_RPC_RUN_FINISHED, &req.base, &dtrain__v1__ack__descriptor,
+                         (ProtobufCMessage **)&ack, 3000, &e) == DT_OK) {
+            protobuf_c_message_free_unpacked(&ack->base, NULL);
+            break;
+        }
+        if (dt_deadline_passed(until)) {
+            DT_WARN("jobs", "job %s: could not tell the chief that rank %d ended: %s", r->id,
+                    r->rank, e.msg);
+            break;
+        }
+        dt_sleep_ms(300);
+    }
+    if (st == DT_OK)
+        DT_INFO("jobs", "job %s: rank %d done", r->id, r->rank);
+    else
+        DT_INFO("jobs", "job %s: rank %d ended: %s", r->id, r->rank, error);
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# timeout: 60
+# Bad input is refused at submit with its JSON path and exit 2, and the daemon keeps serving:
+# a bad value, garbage JSON, a data path escaping --data-root (.. and a symlink), unknown jobs,
+# export of a job without weights, bad usage.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib_jobs.sh"
+
+jobs_data
+jobs_daemons 1 ref
+
+# expect_refused FILE PATTERN WHAT: submit FILE, want exit 2 and PATTERN on stderr.
+expect_refused() {
+  local rc=0
+  jc submit "$1" >"$DT_TEST_TMP/out" 2>"$DT_TEST_TMP/err" || rc=$?
+  dt_assert_eq "$rc" 2 "$3: exit status"
+  dt_assert_contains "$DT_TEST_TMP/err" "$2" "$3: message"
+}
+
+jobs_spec "$DT_TEST_TMP/bad_batch.json" 1 -3
+expect_refused "$DT_TEST_TMP/bad_batch.json" '\$\.fit\.batch_size' "negative batch size"
+
+jobs_spec "$DT_TEST_TMP/bad_opt.json" 1 32
+sed -i 's/"class_name": "Adam"/"class_name": "Adamax9"/' "$DT_TEST_TMP/bad_opt.json"
+expect_refused "$DT_TEST_TMP/bad_opt.json" '\$\.compile\.optimizer' "unknown optimizer"
+
+printf '{"name": "x", "model": {' >"$DT_TEST_TMP/truncated.json"
+expect_refused "$DT_TEST_TMP/truncated.json" 'JSON|json' "truncated JSON"
+
+jobs_spec "$DT_TEST_TMP/escape.json" 1 32
+sed -i 's#"images": "train-images-idx3-ubyte"#"images": "../../../../etc/passwd"#' "$DT_TEST_TMP/escape.json"
+expect_refused "$DT_TEST_TMP/escape.json" '\$\.data\.train' "a .. path out of --data-root"
+
+ln -s /etc "$JOBS_DATA/etc-link"
+jobs_spec "$DT_TEST_TMP/symlink.json" 1 32
+sed -i 's#"images": "train-images-idx3-ubyte"#"images": "etc-link/passwd"#' "$DT_TEST_TMP/symlink.json"
+expect_refused "$DT_TEST_TMP/symlink.json" '\$\.data\.train' "a symlink out of --data-root"
+
+jobs_spec "$DT_TEST_TMP/ckpt.json" 1 32 ', "checkpoint": {"dir": "../../elsewhere"}'
+expect_refused "$DT_TEST_TMP/ckpt.json" '\$\.checkpoint\.dir' "a checkpoint dir out of --state-dir"
+
+# Nothing was queued, and the daemon still answers.
+dt_assert_contains "$(jc jobs)" "no jobs yet" "nothing queued after refusals"
+"$DT_BIN_DIR/dtrain" cluster --addr "$JOBS_ADDR" --json >/dev/null || dt_fail "the daemon stopped answering"
+
+# Unknown jobs are bad input (2); a job without final weights cannot be exported (1).
+rc=0; jc status 42 2>"$DT_TEST_TMP/err" || rc=$?
+dt_assert_eq "$rc" 2 "status of an unknown job"
+dt_assert_contains "$DT_TEST_TMP/err" "no job '42'" "unknown job message"
+rc=0; jc watch 42 2>/dev/null || rc=$?
+dt_assert_eq "$rc" 2 "watch of an unknown job"
+jobs_spec "$DT_TEST_TMP/long.json" 100000 32 ', "checkpoint": {"save_freq": 100000000}'
+jc submit "$DT_TEST_TMP/long.json" >/dev/null
+rc=0; jc export 1 -o "$DT_TEST_TMP/x.safetensors" 2>"$DT_TEST_TMP/err" || rc=$?
+dt_assert_eq "$rc" 1 "export of an unfinished job"
+dt_assert_contains "$DT_TEST_TMP/err" "has no final weights" "export message"
+[[ ! -e $DT_TEST_TMP/x.safetensors ]] || dt_fail "export wrote a file for an unfinished job"
+jc cancel 1 >/dev/null
+
+# Bad usage: exit 2.
+for args in "submit" "submit a b" "export 1" "evaluate 1" "predict 1 --data {}" "cancel" \
+  "status 1 --bogus" "jobs extra" "watch"; do
+  rc=0
+  # shellcheck disable=SC2086
+  jc $args >/dev/null 2>&1 || rc=$?
+  dt_assert_eq "$rc" 2 "dtrain $args"
+done
+for v in submit jobs status watch cancel export evaluate predict; do
+  jc "$v" --help | grep -q "^usage: dtrain $v" || dt_fail "dtrain $v --help"
+done
+echo "ok: refusals"

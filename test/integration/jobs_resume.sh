@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# timeout: 120
+# The chief is killed (kill -9) while a two-task job runs: the worker's run fails and stops;
+# the restarted chief re-queues the job, the worker rejoins, and the job resumes from the
+# chief's latest checkpoint on both tasks (the chief broadcasts it) and succeeds with the same
+# weights on both replicas.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib_jobs.sh"
+
+jobs_data
+jobs_spec "$DT_TEST_TMP/job.json" 150 32 ', "checkpoint": {"save_freq": 100, "keep": 2}'
+jobs_daemons 2 res
+
+jc submit "$DT_TEST_TMP/job.json" >/dev/null
+jobs_wait_state 1 running 20
+dt_wait_for grep -q "jobs/1/checkpoints/ckpt-" "$DT_TEST_TMP/res-w0.log" --timeout 30 ||
+  dt_fail "job 1 wrote no checkpoint"
+kill -KILL "$(dt_daemon_pid res-w0)"
+wait "$(dt_daemon_pid res-w0)" 2>/dev/null || true
+dt_wait_for grep -q "job 1: rank 1 ended" "$DT_TEST_TMP/res-w1.log" --timeout 15 ||
+  dt_fail "worker:1 did not stop its run when the chief died"
+
+jobs_start_one res 0
+dt_wait_file "$DT_TEST_TMP/res-w0.ready" --timeout 30 || dt_fail "the chief did not come back"
+jobs_wait_state 1 succeeded 90
+dt_assert_contains "$DT_TEST_TMP/res-w0.log" "resuming from .*jobs/1/checkpoints/ckpt-" "resumed from a checkpoint"
+jc status 1 --json >"$DT_TEST_TMP/s.json"
+dt_assert_eq "$(dt_json_get restarts "$DT_TEST_TMP/s.json")" 1 "restarts"
+dt_assert_eq "$(dt_json_get weights_hashes.1 "$DT_TEST_TMP/s.json")" \
+  "$(dt_json_get weights_hashes.0 "$DT_TEST_TMP/s.json")" "the replicas' final weights after the resume"
+echo "ok: resume after a chief restart"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# timeout: 120
+# Two daemons train one job over the ring: both replicas end with the same weights (hashes);
+# cancel stops both; kill -9 of worker:1 mid-job fails the job with an error naming it while
+# the chief stays up; once worker:1 is back the queue goes on.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib_jobs.sh"
+
+jobs_data
+jobs_spec "$DT_TEST_TMP/tiny.json" 2 32
+jobs_spec "$DT_TEST_TMP/long.json" 100000 32 ', "checkpoint": {"save_freq": 100000000}'
+jobs_daemons 2 two
+
+jc submit "$DT_TEST_TMP/tiny.json" --watch --json >"$DT_TEST_TMP/watch1.jsonl" ||
+  dt_fail "the two-task job did not succeed: $(tail -1 "$DT_TEST_TMP/watch1.jsonl")"
+jc status 1 --json >"$DT_TEST_TMP/s1.json"
+dt_assert_eq "$(dt_json_get world_size "$DT_TEST_TMP/s1.json")" 2 "world size"
+dt_assert_eq "$(dt_json_get examples "$DT_TEST_TMP/s1.json")" 512 "examples over both shards"
+h0=$(dt_json_get weights_hashes.0 "$DT_TEST_TMP/s1.json")
+h1=$(dt_json_get weights_hashes.1 "$DT_TEST_TMP/s1.json")
+[[ -n $h0 ]] || dt_fail "rank 0 reported no weights hash"
+dt_assert_eq "$h1" "$h0" "the replicas' final weights hashes"
+dt_assert_contains "$DT_TEST_TMP/two-w1.log" "job 1: rank 1 done" "worker:1 trained job 1"
+
+# Cancel reaches both tasks.
+jc submit "$DT_TEST_TMP/long.json" >/dev/null
+jobs_wait_state 2 running 20
+sleep 0.5
+jc cancel 2 --timeout 15 >/dev/null || dt_fail "cancel of the two-task job"
+dt_wait_for grep -q "job 2: rank 1 ended" "$DT_TEST_TMP/two-w1.log" --timeout 10 ||
+  dt_fail "worker:1 did not stop job 2"
+
+# kill -9 of worker:1 during a job: failed, naming worker:1, within seconds; the chief lives.
+jc submit "$DT_TEST_TMP/long.json" >/dev/null
+jobs_wait_state 3 running 20
+sleep 0.5
+t0=$(dt__now_ms)
+kill -KILL "$(dt_daemon_pid two-w1)"
+jobs_wait_state 3 failed 15
+echo "job failed $(($(dt__now_ms) - t0)) ms after kill -9 of worker:1"
+err=$(jc status 3 --json | dt_json_get error || true)
+echo "error: $err"
+dt_assert_contains "$err" "worker:1" "the error names the dead task"
+"$DT_BIN_DIR/dtrain" cluster --addr "$JOBS_ADDR" --json >/dev/null || dt_fail "the chief stopped answering"
+
+# The next job waits for the cluster, then runs once worker:1 is back.
+jc submit "$DT_TEST_TMP/tiny.json" >/dev/null
+sleep 1
+dt_assert_eq "$(jobs_state 4)" queued "job 4 waits for worker:1"
+wait "$(dt_daemon_pid two-w1)" 2>/dev/null || true
+jobs_start_one two 1
+jobs_wait_state 4 succeeded 60
+echo "ok: two tasks"

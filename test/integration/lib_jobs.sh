@@ -1,0 +1,100 @@
+# shellcheck shell=bash
+# lib_jobs.sh - helpers of the jobs_*.sh tests (source after lib.sh): a synthetic IDX data set
+# a tiny CNN learns in seconds, job specs around it, and daemons with their roots.
+#
+#   jobs_data                       writes $JOBS_DATA/{train,val}-{images-idx3,labels-idx1}-ubyte
+#   jobs_spec FILE [EPOCHS] [BATCH] [EXTRA_JSON]  a tiny job (EXTRA_JSON: ', "key": ...' appended)
+#   jobs_daemons N TAG [DTRAIND_ARGS...]  N daemons on loopback (workers), formed; addresses in
+#                                   JOBS_ADDRS, the chief's in JOBS_ADDR; state in $DT_TEST_TMP/TAG-wI
+#   jc ARGS...                      dtrain --addr $JOBS_ADDR ARGS...
+#   jobs_wait_state ID STATE [S]    wait until `status ID` says STATE
+
+JOBS_DATA=$DT_TEST_TMP/data
+JOBS_ADDRS=()
+JOBS_ADDR=""
+
+jobs_data() {
+  mkdir -p "$JOBS_DATA"
+  /usr/bin/python3 - "$JOBS_DATA" <<'PY'
+import random, struct, sys
+d = sys.argv[1]
+def write(stem, n, seed):
+    r = random.Random(seed)
+    with open(f"{d}/{stem}-images-idx3-ubyte", "wb") as fi, open(f"{d}/{stem}-labels-idx1-ubyte", "wb") as fl:
+        fi.write(struct.pack(">IIII", 0x803, n, 8, 8))
+        fl.write(struct.pack(">II", 0x801, n))
+        for _ in range(n):
+            c = r.randrange(4)
+            img = bytearray()
+            for y in range(8):
+                for x in range(8):
+                    q = (y >= 4) * 2 + (x >= 4)
+                    img.append(r.randrange(120) + (110 if q == c else 0))
+            fi.write(img)
+            fl.write(bytes([c]))
+write("train", 512, 1)
+write("val", 128, 2)
+PY
+}
+
+jobs_spec() {
+  local file=$1 epochs=${2:-2} batch=${3:-32} extra=${4:-}
+  cat >"$file" <<JSON
+{"name": "tiny",
+ "model": {"class_name": "Sequential", "config": {"name": "tiny", "layers": [
+   {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 8, 8, 1], "name": "in"}},
+   {"class_name": "Conv2D", "config": {"name": "conv", "filters": 4, "kernel_size": [3, 3], "activation": "relu"}},
+   {"class_name": "Flatten", "config": {"name": "flat"}},
+   {"class_name": "Dense", "config": {"name": "hidden", "units": 16, "activation": "relu"}},
+   {"class_name": "Dense", "config": {"name": "out", "units": 4}}]}},
+ "compile": {"optimizer": {"class_name": "Adam", "config": {"learning_rate": 0.01}},
+             "loss": {"class_name": "SparseCategoricalCrossentropy", "config": {"from_logits": true}},
+             "metrics": ["accuracy"]},
+ "data": {"train": {"format": "idx", "images": "train-images-idx3-ubyte", "labels": "train-labels-idx1-ubyte",
+                    "scale": 0.00392156862745098, "image_shape": [8, 8, 1]},
+          "validation": {"format": "idx", "images": "val-images-idx3-ubyte", "labels": "val-labels-idx1-ubyte",
+                         "scale": 0.00392156862745098, "image_shape": [8, 8, 1]},
+          "shuffle": false, "seed": 7, "shard_policy": "DATA"},
+ "fit": {"epochs": $epochs, "batch_size": $batch}$extra}
+JSON
+}
+
+jobs_daemons() {
+  local n=$1 tag=$2 i
+  shift 2
+  local -a ports
+  mapfile -t ports < <(dt_free_ports "$n")
+  JOBS_ADDRS=()
+  for ((i = 0; i < n; i++)); do JOBS_ADDRS+=("127.0.0.1:${ports[$i]}"); done
+  for ((i = 0; i < n; i++)); do
+    jobs_start_one "$tag" "$i" "$@"
+  done
+  for ((i = 0; i < n; i++)); do
+    dt_wait_file "$DT_TEST_TMP/$tag-w$i.ready" --timeout 30 || dt_fail "$tag: worker:$i never saw the cluster formed"
+  done
+  JOBS_ADDR=${JOBS_ADDRS[0]}
+}
+
+# jobs_start_one TAG I [ARGS...]: (re)start worker I of JOBS_ADDRS.
+jobs_start_one() {
+  local tag=$1 i=$2
+  shift 2
+  rm -f "$DT_TEST_TMP/$tag-w$i.ready"
+  mkdir -p "$DT_TEST_TMP/$tag-w$i"
+  dt_start_daemon "$tag-w$i" TF_CONFIG="$(dt_tfconfig_workers "$i" "${JOBS_ADDRS[@]}")" -- \
+    --ready-file "$DT_TEST_TMP/$tag-w$i.ready" --state-dir "$DT_TEST_TMP/$tag-w$i" \
+    --data-root "$JOBS_DATA" --rendezvous-timeout 30 "$@"
+}
+
+jc() { "$DT_BIN_DIR/dtrain" --addr "$JOBS_ADDR" "$@"; }
+
+jobs_state() { jc status "$1" --json 2>/dev/null | dt_json_get state; }
+
+jobs_wait_state() {
+  local id=$1 want=$2 t=${3:-30}
+  dt_wait_for jobs__is "$id" "$want" --timeout "$t" || {
+    jc status "$id" >&2 || true
+    dt_fail "job $id did not reach state $want within ${t}s"
+  }
+}
+jobs__is() { [[ $(jobs_state "$1") == "$2" ]]; }
