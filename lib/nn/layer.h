@@ -122,6 +122,10 @@ struct dt__nn_layer {
     void *aux;
     bool fused_loss; /* the loss took the gradient of the pre-activation: skip act backward */
     bool alias;      /* y/dy are the input's (Flatten, Reshape): nothing is copied */
+    /* A plain relu whose only consumer is a max pool, which applies it (relu_in): y holds the
+     * pre-activation and dy arrives as its gradient. Saves two passes over the largest tensor
+     * of a CNN. */
+    bool act_to_consumer, relu_in;
     dt_nn_win win;
     size_t col_floats; /* im2col scratch per sample */
     int n_consumers;

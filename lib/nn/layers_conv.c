@@ -137,7 +137,8 @@ static dt_status conv_build(dt__nn_layer *l, dt_err *err)
         b->l2 = l->bl2;
     }
     if (!conv_is_1x1(l)) {
-        l->col_floats = (size_t)g->oh * g->ow * g->kh * g->kw * g->c;
+        l->win.ones = l->use_bias; /* the bias rides in the GEMMs as one more kernel row */
+        l->col_floats = (size_t)g->oh * g->ow * (g->kh * g->kw * g->c + (l->win.ones ? 1 : 0));
         if (l->col_floats * sizeof(float) <= KEEP_COL_BYTES)
             l->aux_bytes = l->col_floats * sizeof(float);
     }
@@ -155,15 +156,24 @@ static const float *conv_col(dt__nn_layer *l, dt__nn_ctx *c, bool fill)
     return col;
 }
 
+/* The bias is the row after the kernel in memory (weights of a layer are consecutive in the
+ * model's flat buffers), so [kernel; bias] is a (K + 1, filters) matrix. */
+static bool bias_follows(const float *kernel, const float *bias, int K, int units)
+{
+    return kernel && bias && bias == kernel + (size_t)K * units;
+}
+
 static void conv_forward(dt__nn_layer *l, dt__nn_ctx *c)
 {
     l->win.n = c->n;
     int rows = c->n * l->win.oh * l->win.ow, K = l->kh * l->kw * l->win.c;
+    int ld = K + (l->win.ones ? 1 : 0);
     const float *col = conv_col(l, c, true);
-    /* y (rows, filters) = col (rows, K) kernel (K, filters) */
-    dt_nn_gemm(c->ops, false, false, rows, l->units, K, 1.0f, col, K, l->w[0].data, l->units, 0.0f,
-               dt__nn_pre(l), l->units);
-    if (l->use_bias)
+    /* y (rows, filters) = col (rows, K [+1]) [kernel; bias] (K [+1], filters) */
+    bool aug = l->win.ones && bias_follows(l->w[0].data, l->w[1].data, K, l->units);
+    dt_nn_gemm(c->ops, false, false, rows, l->units, aug ? K + 1 : K, 1.0f, col, ld, l->w[0].data,
+               l->units, 0.0f, dt__nn_pre(l), l->units);
+    if (l->use_bias && !aug)
         c->ops->bias_add(dt__nn_pre(l), l->w[1].data, (size_t)rows, l->units);
     dt__nn_act_out(l, c, (size_t)rows, l->units);
 }
@@ -174,10 +184,13 @@ static void conv_backward(dt__nn_layer *l, dt__nn_ctx *c)
     int rows = c->n * l->win.oh * l->win.ow, K = l->kh * l->kw * l->win.c;
     dt__nn_act_grad(l, c, (size_t)rows, l->units);
     const float *col = conv_col(l, c, l->aux == NULL && !conv_is_1x1(l));
-    /* dkernel (K, filters) = col^T dz */
-    dt_nn_gemm(c->ops, true, false, K, l->units, rows, 1.0f, col, K, l->dy, l->units, 0.0f,
-               l->w[0].grad, l->units);
-    if (l->use_bias)
+    int ld = K + (l->win.ones ? 1 : 0);
+    /* [dkernel; dbias] (K [+1], filters) = col^T dz */
+    bool aug = l->win.ones && bias_follows(l->w[0].grad, l->w[1].grad, K, l->units);
+    if (l->w[0].grad)
+        dt_nn_gemm(c->ops, true, false, aug ? K + 1 : K, l->units, rows, 1.0f, col, ld, l->dy,
+                   l->units, 0.0f, l->w[0].grad, l->units);
+    if (l->use_bias && !aug && l->w[1].grad)
         c->ops->bias_grad(l->dy, (size_t)rows, l->units, l->w[1].grad, false);
     if (!dt__nn_need_dx(c, l, 0))
         return;
@@ -231,6 +244,8 @@ static dt_status pool_build(dt__nn_layer *l, dt_err *err)
 
 static dt_nn_pool pool_kind(const dt__nn_layer *l)
 {
+    if (l->relu_in)
+        return DT_NN_POOL_MAX_RELU;
     return (l->vt == &dt__nn_maxpool2d || l->vt == &dt__nn_gmp2d) ? DT_NN_POOL_MAX : DT_NN_POOL_AVG;
 }
 

@@ -7,13 +7,13 @@
 
 void dt__nn_act_out(dt__nn_layer *l, dt__nn_ctx *c, size_t rows, int cols)
 {
-    if (l->act.kind != DT_NN_ACT_LINEAR)
+    if (l->act.kind != DT_NN_ACT_LINEAR && !l->act_to_consumer)
         c->ops->act_fwd(&l->act, l->z, l->y, rows, cols);
 }
 
 void dt__nn_act_grad(dt__nn_layer *l, dt__nn_ctx *c, size_t rows, int cols)
 {
-    if (l->act.kind != DT_NN_ACT_LINEAR && !l->fused_loss)
+    if (l->act.kind != DT_NN_ACT_LINEAR && !l->fused_loss && !l->act_to_consumer)
         c->ops->act_bwd(&l->act, l->z, l->y, l->dy, l->dy, rows, cols, false);
 }
 

@@ -11,34 +11,47 @@
 #include <math.h>
 #include <string.h>
 
-/* x (n, h, w, c) -> col (n*oh*ow, kh*kw*c); cells in the padding are zeros. */
+/* n floats; short runs (a 3-wide window row of one channel) as a loop, not a libc call. */
+static inline void copy_run(float *restrict dst, const float *restrict src, size_t n)
+{
+    if (n <= 16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = src[i];
+    } else {
+        memcpy(dst, src, n * sizeof(float));
+    }
+}
+
+/* x (n, h, w, c) -> col (n*oh*ow, kh*kw*c [+1]); cells in the padding are zeros. */
 void dt__nn_cpu_im2col(const dt_nn_win *g, const float *x, float *col)
 {
-    size_t rowlen = (size_t)g->kh * g->kw * g->c;
-    size_t cb = (size_t)g->c * sizeof(float);
+    size_t k = (size_t)g->kh * g->kw * g->c, rowlen = k + (g->ones ? 1 : 0);
+    size_t run = (size_t)g->kw * g->c;
     for (int n = 0; n < g->n; n++)
         for (int oy = 0; oy < g->oh; oy++)
             for (int ox = 0; ox < g->ow; ox++) {
                 float *row = col + (((size_t)n * g->oh + oy) * g->ow + ox) * rowlen;
+                if (g->ones)
+                    row[k] = 1.0f;
                 for (int ky = 0; ky < g->kh; ky++) {
                     int iy = oy * g->sh - g->pt + ky;
-                    float *dst = row + (size_t)ky * g->kw * g->c;
+                    float *dst = row + (size_t)ky * run;
                     if (iy < 0 || iy >= g->h) {
-                        memset(dst, 0, cb * g->kw);
+                        memset(dst, 0, run * sizeof(float));
                         continue;
                     }
                     const float *xr = x + ((size_t)n * g->h + iy) * g->w * g->c;
                     int ix0 = ox * g->sw - g->pl;
                     if (ix0 >= 0 && ix0 + g->kw <= g->w) { /* the whole row is inside */
-                        memcpy(dst, xr + (size_t)ix0 * g->c, cb * g->kw);
+                        copy_run(dst, xr + (size_t)ix0 * g->c, run);
                         continue;
                     }
                     for (int kx = 0; kx < g->kw; kx++) {
                         int ix = ix0 + kx;
                         if (ix < 0 || ix >= g->w)
-                            memset(dst + (size_t)kx * g->c, 0, cb);
+                            memset(dst + (size_t)kx * g->c, 0, (size_t)g->c * sizeof(float));
                         else
-                            memcpy(dst + (size_t)kx * g->c, xr + (size_t)ix * g->c, cb);
+                            copy_run(dst + (size_t)kx * g->c, xr + (size_t)ix * g->c, (size_t)g->c);
                     }
                 }
             }
@@ -112,10 +125,102 @@ static void max_into(const float *x, float *y, int32_t *arg, int32_t base, int c
     }
 }
 
+/* Windows that tile the input: stride = pool size, no padding (the common case). */
+static bool tiled(const dt_nn_win *g)
+{
+    return g->sh == g->kh && g->sw == g->kw && g->pt == 0 && g->pl == 0;
+}
+
+/* relu on a pooled row: where the max is not positive the output is 0 and nothing won. */
+static void relu_row(float *y, int32_t *arg, int c)
+{
+    int ch = 0;
+    for (; ch + 4 <= c; ch += 4) {
+        dt_v4f yv;
+        dt_v4i av;
+        memcpy(&yv, y + ch, 16);
+        memcpy(&av, arg + ch, 16);
+        dt_v4i pos = yv > (dt_v4f){0, 0, 0, 0};
+        yv = (dt_v4f)((dt_v4i)yv & pos);
+        av = (av & pos) | ~pos; /* -1 where not positive */
+        memcpy(y + ch, &yv, 16);
+        memcpy(arg + ch, &av, 16);
+    }
+    for (; ch < c; ch++)
+        if (!(y[ch] > 0)) {
+            y[ch] = 0.0f;
+            arg[ch] = -1;
+        }
+}
+
+/* 2x2 windows, stride 2, no padding: the four cells in one pass, 4 channels at a time. Ties keep
+ * the earlier cell (row-major window order). */
+static void max_2x2(const dt_nn_win *g, const float *x, float *y, int32_t *arg, bool relu)
+{
+    int c = g->c;
+    size_t rs = (size_t)g->w * c; /* input row stride */
+    for (int n = 0; n < g->n; n++)
+        for (int oy = 0; oy < g->oh; oy++)
+            for (int ox = 0; ox < g->ow; ox++) {
+                size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                size_t b0 = (((size_t)n * g->h + 2 * oy) * g->w + 2 * ox) * c;
+                const float *x0 = x + b0, *x1 = x0 + c, *x2 = x0 + rs, *x3 = x2 + c;
+                float *yp = y + o;
+                int32_t *ap = arg + o;
+                int ch = 0;
+                for (; ch + 4 <= c; ch += 4) {
+                    dt_v4f a, b, d, e;
+                    memcpy(&a, x0 + ch, 16);
+                    memcpy(&b, x1 + ch, 16);
+                    memcpy(&d, x2 + ch, 16);
+                    memcpy(&e, x3 + ch, 16);
+                    dt_v4i i0 = (dt_v4i){0, 1, 2, 3} + (int32_t)(b0 + ch);
+                    dt_v4i i1 = i0 + c, i2 = i0 + (int32_t)rs, i3 = i2 + c;
+                    dt_v4i g1 = b > a, g3 = e > d;
+                    dt_v4f m01 = (dt_v4f)(((dt_v4i)b & g1) | ((dt_v4i)a & ~g1));
+                    dt_v4i a01 = (i1 & g1) | (i0 & ~g1);
+                    dt_v4f m23 = (dt_v4f)(((dt_v4i)e & g3) | ((dt_v4i)d & ~g3));
+                    dt_v4i a23 = (i3 & g3) | (i2 & ~g3);
+                    dt_v4i gt = m23 > m01;
+                    dt_v4f m = (dt_v4f)(((dt_v4i)m23 & gt) | ((dt_v4i)m01 & ~gt));
+                    dt_v4i am = (a23 & gt) | (a01 & ~gt);
+                    if (relu) {
+                        dt_v4i pos = m > (dt_v4f){0, 0, 0, 0};
+                        m = (dt_v4f)((dt_v4i)m & pos);
+                        am = (am & pos) | ~pos;
+                    }
+                    memcpy(yp + ch, &m, 16);
+                    memcpy(ap + ch, &am, 16);
+                }
+                for (; ch < c; ch++) {
+                    const float *cells[4] = {x0, x1, x2, x3};
+                    size_t base[4] = {b0, b0 + c, b0 + rs, b0 + rs + c};
+                    float m = x0[ch];
+                    int32_t am = (int32_t)(b0 + ch);
+                    for (int k = 1; k < 4; k++)
+                        if (cells[k][ch] > m) {
+                            m = cells[k][ch];
+                            am = (int32_t)(base[k] + ch);
+                        }
+                    if (relu && !(m > 0)) {
+                        m = 0.0f;
+                        am = -1;
+                    }
+                    yp[ch] = m;
+                    ap[ch] = am;
+                }
+            }
+}
+
 void dt__nn_cpu_pool_fwd(dt_nn_pool kind, const dt_nn_win *g, const float *x, float *y,
                          int32_t *arg)
 {
     int c = g->c;
+    bool relu = kind == DT_NN_POOL_MAX_RELU;
+    if (kind != DT_NN_POOL_AVG && tiled(g) && g->kh == 2 && g->kw == 2) {
+        max_2x2(g, x, y, arg, relu);
+        return;
+    }
     for (int n = 0; n < g->n; n++)
         for (int oy = 0; oy < g->oh; oy++)
             for (int ox = 0; ox < g->ow; ox++) {
@@ -153,13 +258,15 @@ void dt__nn_cpu_pool_fwd(dt_nn_pool kind, const dt_nn_win *g, const float *x, fl
                     float inv = 1.0f / (float)window_count(g, oy, ox);
                     for (int ch = 0; ch < c; ch++)
                         yp[ch] *= inv;
+                } else if (relu) {
+                    relu_row(yp, ap, c);
                 }
             }
 }
 
-/* Max-pool backward when the windows tile the input (stride = pool size, no padding, the
- * common case): one sequential pass writes every input cell, the pooled gradient where the cell
- * won and zero elsewhere, instead of clearing dx and scattering into it. */
+/* Max-pool backward when the windows tile the input: one sequential pass writes every input cell,
+ * the pooled gradient where the cell won and zero elsewhere, instead of clearing dx and scattering
+ * into it. */
 static void tiled_max_bwd(const dt_nn_win *g, const float *dy, const int32_t *arg, float *dx)
 {
     int c = g->c;
@@ -195,16 +302,17 @@ void dt__nn_cpu_pool_bwd(dt_nn_pool kind, const dt_nn_win *g, const float *dy, c
 {
     int c = g->c;
     size_t ny = (size_t)g->n * g->oh * g->ow * c;
-    if (kind == DT_NN_POOL_MAX && !acc && g->sh == g->kh && g->sw == g->kw && g->pt == 0 &&
-        g->pl == 0) {
+    bool max = kind != DT_NN_POOL_AVG;
+    if (max && !acc && tiled(g)) {
         tiled_max_bwd(g, dy, arg, dx);
         return;
     }
     if (!acc)
         memset(dx, 0, (size_t)g->n * g->h * g->w * c * sizeof(float));
-    if (kind == DT_NN_POOL_MAX) {
+    if (max) {
         for (size_t i = 0; i < ny; i++)
-            dx[arg[i]] += dy[i];
+            if (arg[i] >= 0) /* -1: relu stopped it */
+                dx[arg[i]] += dy[i];
         return;
     }
     for (int n = 0; n < g->n; n++)
