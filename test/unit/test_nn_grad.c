@@ -190,3 +190,18 @@ DT_TEST(nn_grad_regularizers)
                  DENSE(3, "linear"), NULL),
           sce_logits);
 }
+
+DT_TEST(nn_grad_frozen_layers)
+{
+    /* trainable: false layers have no gradient buffers; the others still get theirs. */
+    check(nn_seq("6, 5, 2",
+                 "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 3, \"kernel_size\": 3, "
+                 "\"activation\": \"tanh\", \"trainable\": false}}",
+                 "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 3, \"kernel_size\": 2, "
+                 "\"activation\": \"tanh\"}}",
+                 FLATTEN,
+                 "{\"class_name\": \"Dense\", \"config\": {\"units\": 4, \"activation\": \"tanh\", "
+                 "\"trainable\": false}}",
+                 DENSE(3, "linear"), NULL),
+          sce_logits);
+}
