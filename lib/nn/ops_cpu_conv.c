@@ -11,8 +11,13 @@
 #include <math.h>
 #include <string.h>
 
-/* n floats; short runs (a 3-wide window row of one channel) as a loop, not a libc call. */
-static inline void copy_run(float *restrict dst, const float *restrict src, size_t n)
+/* n floats; short runs (a 3-wide window row of one channel) as a loop, not a libc call (which
+ * GCC would turn the loop back into). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
+static inline void
+copy_run(float *restrict dst, const float *restrict src, size_t n)
 {
     if (n <= 16) {
         for (size_t i = 0; i < n; i++)
@@ -297,6 +302,53 @@ static void tiled_max_bwd(const dt_nn_win *g, const float *dy, const int32_t *ar
             }
 }
 
+/* The 2x2 case of tiled_max_bwd: per window, its four cells, two per input row. */
+static void max_2x2_bwd(const dt_nn_win *g, const float *dy, const int32_t *arg, float *dx)
+{
+    int c = g->c;
+    size_t rs = (size_t)g->w * c;
+    for (int n = 0; n < g->n; n++) {
+        for (int oy = 0; oy < g->oh; oy++) {
+            for (int ox = 0; ox < g->ow; ox++) {
+                size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                size_t b0 = (((size_t)n * g->h + 2 * oy) * g->w + 2 * ox) * c;
+                const float *dp = dy + o;
+                const int32_t *ap = arg + o;
+                float *d0 = dx + b0, *d1 = d0 + c, *d2 = d0 + rs, *d3 = d2 + c;
+                int ch = 0;
+                for (; ch + 4 <= c; ch += 4) {
+                    dt_v4i av, i0 = (dt_v4i){0, 1, 2, 3} + (int32_t)(b0 + ch);
+                    dt_v4f dv;
+                    memcpy(&av, ap + ch, 16);
+                    memcpy(&dv, dp + ch, 16);
+                    dt_v4i di = (dt_v4i)dv;
+                    dt_v4i r0 = di & (av == i0), r1 = di & (av == i0 + c);
+                    dt_v4i r2 = di & (av == i0 + (int32_t)rs),
+                           r3 = di & (av == i0 + (int32_t)rs + c);
+                    memcpy(d0 + ch, &r0, 16);
+                    memcpy(d1 + ch, &r1, 16);
+                    memcpy(d2 + ch, &r2, 16);
+                    memcpy(d3 + ch, &r3, 16);
+                }
+                for (; ch < c; ch++) {
+                    int32_t a = ap[ch], i = (int32_t)(b0 + ch);
+                    d0[ch] = a == i ? dp[ch] : 0.0f;
+                    d1[ch] = a == i + c ? dp[ch] : 0.0f;
+                    d2[ch] = a == i + (int32_t)rs ? dp[ch] : 0.0f;
+                    d3[ch] = a == i + (int32_t)rs + c ? dp[ch] : 0.0f;
+                }
+            }
+            if (g->w > 2 * g->ow) { /* the last column no window covers */
+                size_t b = (((size_t)n * g->h + 2 * oy) * g->w + 2 * g->ow) * c;
+                memset(dx + b, 0, (size_t)c * sizeof(float));
+                memset(dx + b + rs, 0, (size_t)c * sizeof(float));
+            }
+        }
+        if (g->h > 2 * g->oh) /* the last row */
+            memset(dx + ((size_t)n * g->h + 2 * g->oh) * rs, 0, rs * sizeof(float));
+    }
+}
+
 void dt__nn_cpu_pool_bwd(dt_nn_pool kind, const dt_nn_win *g, const float *dy, const int32_t *arg,
                          float *dx, bool acc)
 {
@@ -304,7 +356,10 @@ void dt__nn_cpu_pool_bwd(dt_nn_pool kind, const dt_nn_win *g, const float *dy, c
     size_t ny = (size_t)g->n * g->oh * g->ow * c;
     bool max = kind != DT_NN_POOL_AVG;
     if (max && !acc && tiled(g)) {
-        tiled_max_bwd(g, dy, arg, dx);
+        if (g->kh == 2 && g->kw == 2)
+            max_2x2_bwd(g, dy, arg, dx);
+        else
+            tiled_max_bwd(g, dy, arg, dx);
         return;
     }
     if (!acc)
