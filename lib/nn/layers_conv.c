@@ -201,10 +201,17 @@ static const float *conv_col(dt__nn_layer *l, dt__nn_ctx *c, const conv_geo *g, 
     return col;
 }
 
+/* Where the output (and its gradient) of the chunk at s0 goes: with a fused pool nobody but
+ * the pool reads it, so every chunk reuses the head of the buffer, which stays in cache. */
+static size_t chunk_off(const conv_geo *g, int s0)
+{
+    return g->pool ? 0 : (size_t)s0 * g->out;
+}
+
 static void conv_forward_chunk(dt__nn_layer *l, dt__nn_ctx *c, const conv_geo *g, int s0, int n)
 {
     int rows = n * l->win.oh * l->win.ow;
-    size_t off = (size_t)s0 * g->out;
+    size_t off = chunk_off(g, s0);
     const float *col = conv_col(l, c, g, s0, n, true);
     /* y (rows, filters) = col (rows, K [+1]) [kernel; bias] (K [+1], filters) */
     bool aug = l->win.ones && bias_follows(l->w[0].data, l->w[1].data, g->K, l->units);
@@ -236,7 +243,7 @@ static void conv_backward_chunk(dt__nn_layer *l, dt__nn_ctx *c, const conv_geo *
                                 float *dx, bool acc)
 {
     int rows = n * l->win.oh * l->win.ow;
-    size_t off = (size_t)s0 * g->out;
+    size_t off = chunk_off(g, s0);
     float *dz = l->dy + off;
     if (g->pool) { /* the pool's gradient (its relu included) is dz */
         dt_nn_win pw = g->pool->win;

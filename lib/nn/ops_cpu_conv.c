@@ -11,55 +11,69 @@
 #include <math.h>
 #include <string.h>
 
-/* n floats; short runs (a 3-wide window row of one channel) as a loop, not a libc call (which
- * GCC would turn the loop back into). */
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("no-tree-loop-distribute-patterns")))
-#endif
-static inline void
-copy_run(float *restrict dst, const float *restrict src, size_t n)
+/* n floats: whole vectors, then a tail without a loop (GCC turns short copy loops into libc
+ * memcpy calls, which cost more than these copies of a few floats). */
+static inline void copy_run(float *restrict dst, const float *restrict src, size_t n)
 {
-    if (n <= 16) {
-        for (size_t i = 0; i < n; i++)
-            dst[i] = src[i];
-    } else {
-        memcpy(dst, src, n * sizeof(float));
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        memcpy(dst + i, src + i, 16);
+    switch (n - i) {
+    case 3:
+        dst[i + 2] = src[i + 2];
+        /* fall through */
+    case 2:
+        dst[i + 1] = src[i + 1];
+        /* fall through */
+    case 1:
+        dst[i] = src[i];
+        break;
+    default:
+        break;
     }
 }
 
-/* x (n, h, w, c) -> col (n*oh*ow, kh*kw*c [+1]); cells in the padding are zeros. */
-void dt__nn_cpu_im2col(const dt_nn_win *g, const float *x, float *col)
+/* x (n, h, w, c) -> col (n*oh*ow, kh*kw*c [+1]); cells in the padding are zeros. The geometry
+ * is copied to locals: stores into col could alias *gp otherwise, and the compiler would reload
+ * it for every float. */
+void dt__nn_cpu_im2col(const dt_nn_win *gp, const float *x, float *col)
 {
-    size_t k = (size_t)g->kh * g->kw * g->c, rowlen = k + (g->ones ? 1 : 0);
-    size_t run = (size_t)g->kw * g->c;
-    for (int n = 0; n < g->n; n++)
-        for (int oy = 0; oy < g->oh; oy++)
-            for (int ox = 0; ox < g->ow; ox++) {
-                float *row = col + (((size_t)n * g->oh + oy) * g->ow + ox) * rowlen;
-                if (g->ones)
+    const dt_nn_win g = *gp;
+    const size_t c = (size_t)g.c, run = (size_t)g.kw * c, k = run * (size_t)g.kh;
+    const size_t rowlen = k + (g.ones ? 1 : 0), xrow = (size_t)g.w * c;
+    float *row = col;
+    for (int n = 0; n < g.n; n++)
+        for (int oy = 0; oy < g.oh; oy++) {
+            int iy0 = oy * g.sh - g.pt;
+            bool rows_in = iy0 >= 0 && iy0 + g.kh <= g.h;
+            for (int ox = 0; ox < g.ow; ox++, row += rowlen) {
+                int ix0 = ox * g.sw - g.pl;
+                if (g.ones)
                     row[k] = 1.0f;
-                for (int ky = 0; ky < g->kh; ky++) {
-                    int iy = oy * g->sh - g->pt + ky;
+                if (rows_in && ix0 >= 0 && ix0 + g.kw <= g.w) { /* the window is inside */
+                    const float *src = x + ((size_t)n * g.h + iy0) * xrow + (size_t)ix0 * c;
+                    for (int ky = 0; ky < g.kh; ky++)
+                        copy_run(row + (size_t)ky * run, src + (size_t)ky * xrow, run);
+                    continue;
+                }
+                for (int ky = 0; ky < g.kh; ky++) {
+                    int iy = iy0 + ky;
                     float *dst = row + (size_t)ky * run;
-                    if (iy < 0 || iy >= g->h) {
+                    if (iy < 0 || iy >= g.h) {
                         memset(dst, 0, run * sizeof(float));
                         continue;
                     }
-                    const float *xr = x + ((size_t)n * g->h + iy) * g->w * g->c;
-                    int ix0 = ox * g->sw - g->pl;
-                    if (ix0 >= 0 && ix0 + g->kw <= g->w) { /* the whole row is inside */
-                        copy_run(dst, xr + (size_t)ix0 * g->c, run);
-                        continue;
-                    }
-                    for (int kx = 0; kx < g->kw; kx++) {
+                    const float *xr = x + ((size_t)n * g.h + iy) * xrow;
+                    for (int kx = 0; kx < g.kw; kx++) {
                         int ix = ix0 + kx;
-                        if (ix < 0 || ix >= g->w)
-                            memset(dst + (size_t)kx * g->c, 0, (size_t)g->c * sizeof(float));
+                        if (ix < 0 || ix >= g.w)
+                            memset(dst + (size_t)kx * c, 0, c * sizeof(float));
                         else
-                            copy_run(dst + (size_t)kx * g->c, xr + (size_t)ix * g->c, (size_t)g->c);
+                            copy_run(dst + (size_t)kx * c, xr + (size_t)ix * c, c);
                     }
                 }
             }
+        }
 }
 
 /* The adjoint of im2col: every col cell is added back to the input cell it was copied from. */
