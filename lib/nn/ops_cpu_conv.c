@@ -172,45 +172,65 @@ static void relu_row(float *y, int32_t *arg, int c)
         }
 }
 
-/* 2x2 windows, stride 2, no padding: the four cells in one pass, 4 channels at a time. Ties keep
- * the earlier cell (row-major window order). */
-static void max_2x2(const dt_nn_win *g, const float *x, float *y, int32_t *arg, bool relu)
+/* 8-wide vectors for the 2x2 pooling kernels, which are compiled twice (AVX2 and the SSE2
+ * baseline, picked at load time): at 4 lanes they are instruction-bound on cached data. */
+typedef float dt_v8f __attribute__((vector_size(32)));
+typedef int32_t dt_v8i __attribute__((vector_size(32)));
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define DT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DT_CLONES
+#endif
+
+/* One vector of channels of a 2x2 window: max of the four cells (ties keep the earlier cell,
+ * row-major window order), the winner's flat index, relu (-1: nothing won). */
+#define MAX2X2_LANES(VF, VI, IOTA)                                                                 \
+    do {                                                                                           \
+        VF a, b, d, e;                                                                             \
+        memcpy(&a, x0 + ch, sizeof a);                                                             \
+        memcpy(&b, x1 + ch, sizeof b);                                                             \
+        memcpy(&d, x2 + ch, sizeof d);                                                             \
+        memcpy(&e, x3 + ch, sizeof e);                                                             \
+        VI i0 = IOTA + (int32_t)(b0 + ch);                                                         \
+        VI i1 = i0 + c, i2 = i0 + (int32_t)rs, i3 = i2 + c;                                        \
+        VI g1 = b > a, g3 = e > d;                                                                 \
+        VF m01 = (VF)(((VI)b & g1) | ((VI)a & ~g1));                                               \
+        VI a01 = (i1 & g1) | (i0 & ~g1);                                                           \
+        VF m23 = (VF)(((VI)e & g3) | ((VI)d & ~g3));                                               \
+        VI a23 = (i3 & g3) | (i2 & ~g3);                                                           \
+        VI gt = m23 > m01;                                                                         \
+        VF m = (VF)(((VI)m23 & gt) | ((VI)m01 & ~gt));                                             \
+        VI am = (a23 & gt) | (a01 & ~gt);                                                          \
+        if (relu) {                                                                                \
+            VI pos = m > (VF){0};                                                                  \
+            m = (VF)((VI)m & pos);                                                                 \
+            am = (am & pos) | ~pos;                                                                \
+        }                                                                                          \
+        memcpy(yp + ch, &m, sizeof m);                                                             \
+        memcpy(ap + ch, &am, sizeof am);                                                           \
+    } while (0)
+
+/* 2x2 windows, stride 2, no padding: the four cells in one pass. The geometry is copied to
+ * locals (stores through arg could alias *gp). */
+DT_CLONES static void max_2x2(const dt_nn_win *gp, const float *x, float *y, int32_t *arg,
+                              bool relu)
 {
-    int c = g->c;
-    size_t rs = (size_t)g->w * c; /* input row stride */
-    for (int n = 0; n < g->n; n++)
-        for (int oy = 0; oy < g->oh; oy++)
-            for (int ox = 0; ox < g->ow; ox++) {
-                size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c;
-                size_t b0 = (((size_t)n * g->h + 2 * oy) * g->w + 2 * ox) * c;
+    const dt_nn_win g = *gp;
+    const int c = g.c;
+    const size_t rs = (size_t)g.w * c; /* input row stride */
+    for (int n = 0; n < g.n; n++)
+        for (int oy = 0; oy < g.oh; oy++)
+            for (int ox = 0; ox < g.ow; ox++) {
+                size_t o = (((size_t)n * g.oh + oy) * g.ow + ox) * c;
+                size_t b0 = (((size_t)n * g.h + 2 * oy) * g.w + 2 * ox) * c;
                 const float *x0 = x + b0, *x1 = x0 + c, *x2 = x0 + rs, *x3 = x2 + c;
                 float *yp = y + o;
                 int32_t *ap = arg + o;
                 int ch = 0;
-                for (; ch + 4 <= c; ch += 4) {
-                    dt_v4f a, b, d, e;
-                    memcpy(&a, x0 + ch, 16);
-                    memcpy(&b, x1 + ch, 16);
-                    memcpy(&d, x2 + ch, 16);
-                    memcpy(&e, x3 + ch, 16);
-                    dt_v4i i0 = (dt_v4i){0, 1, 2, 3} + (int32_t)(b0 + ch);
-                    dt_v4i i1 = i0 + c, i2 = i0 + (int32_t)rs, i3 = i2 + c;
-                    dt_v4i g1 = b > a, g3 = e > d;
-                    dt_v4f m01 = (dt_v4f)(((dt_v4i)b & g1) | ((dt_v4i)a & ~g1));
-                    dt_v4i a01 = (i1 & g1) | (i0 & ~g1);
-                    dt_v4f m23 = (dt_v4f)(((dt_v4i)e & g3) | ((dt_v4i)d & ~g3));
-                    dt_v4i a23 = (i3 & g3) | (i2 & ~g3);
-                    dt_v4i gt = m23 > m01;
-                    dt_v4f m = (dt_v4f)(((dt_v4i)m23 & gt) | ((dt_v4i)m01 & ~gt));
-                    dt_v4i am = (a23 & gt) | (a01 & ~gt);
-                    if (relu) {
-                        dt_v4i pos = m > (dt_v4f){0, 0, 0, 0};
-                        m = (dt_v4f)((dt_v4i)m & pos);
-                        am = (am & pos) | ~pos;
-                    }
-                    memcpy(yp + ch, &m, 16);
-                    memcpy(ap + ch, &am, 16);
-                }
+                for (; ch + 8 <= c; ch += 8)
+                    MAX2X2_LANES(dt_v8f, dt_v8i, ((dt_v8i){0, 1, 2, 3, 4, 5, 6, 7}));
+                for (; ch + 4 <= c; ch += 4)
+                    MAX2X2_LANES(dt_v4f, dt_v4i, ((dt_v4i){0, 1, 2, 3}));
                 for (; ch < c; ch++) {
                     const float *cells[4] = {x0, x1, x2, x3};
                     size_t base[4] = {b0, b0 + c, b0 + rs, b0 + rs + c};
@@ -316,34 +336,42 @@ static void tiled_max_bwd(const dt_nn_win *g, const float *dy, const int32_t *ar
             }
 }
 
+/* One vector of channels: each of the four cells gets the gradient where it won, else 0. */
+#define MAX2X2_BWD_LANES(VF, VI, IOTA)                                                             \
+    do {                                                                                           \
+        VI av, i0 = IOTA + (int32_t)(b0 + ch);                                                     \
+        VF dv;                                                                                     \
+        memcpy(&av, ap + ch, sizeof av);                                                           \
+        memcpy(&dv, dp + ch, sizeof dv);                                                           \
+        VI di = (VI)dv;                                                                            \
+        VI r0 = di & (av == i0), r1 = di & (av == i0 + c);                                         \
+        VI r2 = di & (av == i0 + (int32_t)rs), r3 = di & (av == i0 + (int32_t)rs + c);             \
+        memcpy(d0 + ch, &r0, sizeof r0);                                                           \
+        memcpy(d1 + ch, &r1, sizeof r1);                                                           \
+        memcpy(d2 + ch, &r2, sizeof r2);                                                           \
+        memcpy(d3 + ch, &r3, sizeof r3);                                                           \
+    } while (0)
+
 /* The 2x2 case of tiled_max_bwd: per window, its four cells, two per input row. */
-static void max_2x2_bwd(const dt_nn_win *g, const float *dy, const int32_t *arg, float *dx)
+DT_CLONES static void max_2x2_bwd(const dt_nn_win *gp, const float *dy, const int32_t *arg,
+                                  float *dx)
 {
-    int c = g->c;
-    size_t rs = (size_t)g->w * c;
-    for (int n = 0; n < g->n; n++) {
-        for (int oy = 0; oy < g->oh; oy++) {
-            for (int ox = 0; ox < g->ow; ox++) {
-                size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c;
-                size_t b0 = (((size_t)n * g->h + 2 * oy) * g->w + 2 * ox) * c;
+    const dt_nn_win g = *gp;
+    const int c = g.c;
+    const size_t rs = (size_t)g.w * c;
+    for (int n = 0; n < g.n; n++) {
+        for (int oy = 0; oy < g.oh; oy++) {
+            for (int ox = 0; ox < g.ow; ox++) {
+                size_t o = (((size_t)n * g.oh + oy) * g.ow + ox) * c;
+                size_t b0 = (((size_t)n * g.h + 2 * oy) * g.w + 2 * ox) * c;
                 const float *dp = dy + o;
                 const int32_t *ap = arg + o;
                 float *d0 = dx + b0, *d1 = d0 + c, *d2 = d0 + rs, *d3 = d2 + c;
                 int ch = 0;
-                for (; ch + 4 <= c; ch += 4) {
-                    dt_v4i av, i0 = (dt_v4i){0, 1, 2, 3} + (int32_t)(b0 + ch);
-                    dt_v4f dv;
-                    memcpy(&av, ap + ch, 16);
-                    memcpy(&dv, dp + ch, 16);
-                    dt_v4i di = (dt_v4i)dv;
-                    dt_v4i r0 = di & (av == i0), r1 = di & (av == i0 + c);
-                    dt_v4i r2 = di & (av == i0 + (int32_t)rs),
-                           r3 = di & (av == i0 + (int32_t)rs + c);
-                    memcpy(d0 + ch, &r0, 16);
-                    memcpy(d1 + ch, &r1, 16);
-                    memcpy(d2 + ch, &r2, 16);
-                    memcpy(d3 + ch, &r3, 16);
-                }
+                for (; ch + 8 <= c; ch += 8)
+                    MAX2X2_BWD_LANES(dt_v8f, dt_v8i, ((dt_v8i){0, 1, 2, 3, 4, 5, 6, 7}));
+                for (; ch + 4 <= c; ch += 4)
+                    MAX2X2_BWD_LANES(dt_v4f, dt_v4i, ((dt_v4i){0, 1, 2, 3}));
                 for (; ch < c; ch++) {
                     int32_t a = ap[ch], i = (int32_t)(b0 + ch);
                     d0[ch] = a == i ? dp[ch] : 0.0f;
@@ -352,14 +380,14 @@ static void max_2x2_bwd(const dt_nn_win *g, const float *dy, const int32_t *arg,
                     d3[ch] = a == i + (int32_t)rs + c ? dp[ch] : 0.0f;
                 }
             }
-            if (g->w > 2 * g->ow) { /* the last column no window covers */
-                size_t b = (((size_t)n * g->h + 2 * oy) * g->w + 2 * g->ow) * c;
+            if (g.w > 2 * g.ow) { /* the last column no window covers */
+                size_t b = (((size_t)n * g.h + 2 * oy) * g.w + 2 * g.ow) * c;
                 memset(dx + b, 0, (size_t)c * sizeof(float));
                 memset(dx + b + rs, 0, (size_t)c * sizeof(float));
             }
         }
-        if (g->h > 2 * g->oh) /* the last row */
-            memset(dx + ((size_t)n * g->h + 2 * g->oh) * rs, 0, rs * sizeof(float));
+        if (g.h > 2 * g.oh) /* the last row */
+            memset(dx + ((size_t)n * g.h + 2 * g.oh) * rs, 0, rs * sizeof(float));
     }
 }
 

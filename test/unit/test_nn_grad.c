@@ -208,11 +208,11 @@ DT_TEST(nn_grad_frozen_layers)
 
 DT_TEST(nn_grad_maxpool_2x2_fast_paths)
 {
-    /* The 2x2 pooling kernels: 6 channels take the vector lanes and the scalar tail, 7x7 leaves
+    /* The 2x2 pooling kernels: 13 channels take 8 and 4 lanes and the scalar tail, 7x7 leaves
      * a row and a column no window covers. (A relu in front is checked against the unfused
      * network by test_nn_fused.c: finite differences trip over its kinks.) */
     /* Near-ties of the max flip within a 1e-2 step here: a smaller one. */
-    ASSERT_GT(nn_gradcheck(nn_seq("7, 7, 2", CONV(6, "3", ", \"padding\": \"same\""),
+    ASSERT_GT(nn_gradcheck(nn_seq("7, 7, 2", CONV(13, "3", ", \"padding\": \"same\""),
                                   "{\"class_name\": \"MaxPooling2D\", \"config\": "
                                   "{\"pool_size\": 2}}",
                                   FLATTEN, DENSE(3, "linear"), NULL),
