@@ -256,12 +256,13 @@ static void conv_backward_chunk(dt__nn_layer *l, dt__nn_ctx *c, const conv_geo *
                         l->units, false);
     }
     const float *col = conv_col(l, c, g, s0, n, l->aux == NULL && !conv_is_1x1(l));
-    /* [dkernel; dbias] (K [+1], filters) (+)= col^T dz */
-    bool aug = l->win.ones && bias_follows(l->w[0].grad, l->w[1].grad, g->K, l->units);
+    /* dkernel (K, filters) (+)= col^T dz. The bias gradient is not the GEMM's ones row: that
+     * would sum tens of thousands of rows in float (4e-6 off on resnet_small's strided conv);
+     * bias_grad sums in double, over the chunk that is still in cache. */
     if (l->w[0].grad)
-        dt_nn_gemm(c->ops, true, false, aug ? g->K + 1 : g->K, l->units, rows, 1.0f, col, g->ld, dz,
-                   l->units, s0 ? 1.0f : 0.0f, l->w[0].grad, l->units);
-    if (l->use_bias && !aug && l->w[1].grad)
+        dt_nn_gemm(c->ops, true, false, g->K, l->units, rows, 1.0f, col, g->ld, dz, l->units,
+                   s0 ? 1.0f : 0.0f, l->w[0].grad, l->units);
+    if (l->use_bias && l->w[1].grad)
         c->ops->bias_grad(dz, (size_t)rows, l->units, l->w[1].grad, s0 > 0);
     if (!dx)
         return;

@@ -57,8 +57,8 @@ typedef struct dt_nn_win {
     int sh, sw;     /* strides */
     int pt, pl;     /* padding before (top, left); bottom/right follow from the sizes */
     /* im2col appends a 1 to every col row (rows of kh*kw*c + 1): a bias stored right after the
-     * kernel is then one more kernel row, added by the forward GEMM and summed by the kernel
-     * gradient's GEMM. col2im ignores it (its rows are kh*kw*c). */
+     * kernel is then one more kernel row, added by the forward GEMM. col2im ignores it (its rows
+     * are kh*kw*c). */
     bool ones;
 } dt_nn_win;
 

@@ -43,6 +43,22 @@ static const double *ref_get(const ref *r, const char *name, size_t *n)
     DT_FAIL_("reference has no tensor %s", name);
 }
 
+/* Appends a line to the file DT_NN_PARITY_REPORT names, if any (test logs are removed when the
+ * tests pass). */
+DT_PRINTF(1, 2) static void report(const char *fmt, ...)
+{
+    const char *path = getenv("DT_NN_PARITY_REPORT");
+    FILE *f = path ? fopen(path, "a") : NULL;
+    if (!f)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fputc('\n', f);
+    fclose(f);
+}
+
 /* max |a - b| / max(max |b|, floor); prints the figures per tensor. */
 static double compare(const char *what, const float *a, const double *b, size_t n, double tol,
                       double floor)
@@ -55,13 +71,15 @@ static double compare(const char *what, const float *a, const double *b, size_t 
     }
     printf("  %-42s n=%-7zu maxdiff %.3e  rel %.3e  [%.6g %.6g | %.6g %.6g]\n", what, n, md,
            md / mb, a[0], n > 1 ? a[1] : 0, b[0], n > 1 ? b[1] : 0);
+    report("%-42s rel %.3e (tolerance %.0e)", what, md / mb, tol);
     if (!(md / mb <= tol) && !getenv("DT_NN_PARITY_REPORT"))
         DT_FAIL_("%s: relative difference %.3e above %.0e", what, md / mb, tol);
     return md / mb;
 }
 
 /* DT_NN_PARITY_STEPS overrides the 20 steps, to watch how differences grow; with
- * DT_NN_PARITY_REPORT set, differences are printed and never fail (to see them all). */
+ * DT_NN_PARITY_REPORT=FILE, every figure is also appended to FILE and differences never fail
+ * (to see them all). */
 static int steps(void)
 {
     const char *e = getenv("DT_NN_PARITY_STEPS");
@@ -199,6 +217,7 @@ static void parity(const char *model_json_path, const char *json_text, int nstep
     r.data = (double *)(void *)text;
 
     printf("%s: batch %d\n", model_json_path, n);
+    report("%s: batch %d, %d steps", model_json_path, n, nsteps);
     /* step 0: loss and gradients */
     dt_loss loss = {DT_NN_LOSS_SPARSE_CE, true};
     dt_model_batch b = nn_batch(&d, loss.kind);
