@@ -137,7 +137,7 @@ static dt_status conv_build(dt__nn_layer *l, dt_err *err)
         b->l2 = l->bl2;
     }
     if (!conv_is_1x1(l)) {
-        l->win.ones = l->use_bias; /* the bias rides in the GEMMs as one more kernel row */
+        l->win.ones = l->use_bias; /* the bias rides in the forward GEMM as a kernel row */
         l->col_floats = (size_t)g->oh * g->ow * (g->kh * g->kw * g->c + (l->win.ones ? 1 : 0));
         if (l->col_floats * sizeof(float) <= KEEP_COL_BYTES)
             l->aux_bytes = l->col_floats * sizeof(float);
