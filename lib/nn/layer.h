@@ -122,6 +122,15 @@ struct dt__nn_layer {
     void *aux;
     bool fused_loss; /* the loss took the gradient of the pre-activation: skip act backward */
     bool alias;      /* y/dy are the input's (Flatten, Reshape): nothing is copied */
+    /* A plain relu whose only consumer is a max pool, which applies it (relu_in): y holds the
+     * pre-activation and dy arrives as its gradient. Saves two passes over the largest tensor
+     * of a CNN. */
+    bool act_to_consumer, relu_in;
+    /* A Conv2D's pool consumer (index, else 0): the conv runs the pool chunk by chunk of
+     * samples, right after its GEMM, while the chunk is in cache; the pool's own forward and
+     * backward then do nothing (pooled_by_producer). */
+    int pool_consumer;
+    bool pooled_by_producer;
     dt_nn_win win;
     size_t col_floats; /* im2col scratch per sample */
     int n_consumers;

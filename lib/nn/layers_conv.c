@@ -137,61 +137,157 @@ static dt_status conv_build(dt__nn_layer *l, dt_err *err)
         b->l2 = l->bl2;
     }
     if (!conv_is_1x1(l)) {
-        l->col_floats = (size_t)g->oh * g->ow * g->kh * g->kw * g->c;
+        l->win.ones = l->use_bias; /* the bias rides in the forward GEMM as a kernel row */
+        l->col_floats = (size_t)g->oh * g->ow * (g->kh * g->kw * g->c + (l->win.ones ? 1 : 0));
         if (l->col_floats * sizeof(float) <= KEEP_COL_BYTES)
             l->aux_bytes = l->col_floats * sizeof(float);
     }
     return DT_OK;
 }
 
-/* The lowered input (rows, K): x itself for 1x1 convolutions, else an im2col buffer. */
-static const float *conv_col(dt__nn_layer *l, dt__nn_ctx *c, bool fill)
+/* A conv fused with its pool works on chunks of samples whose output and im2col rows take
+ * about this many bytes, so that the GEMM's output is still in L2 when the pool reads it (and
+ * the pool's gradient when the kernel-gradient GEMM reads it). */
+#define CHUNK_BYTES (384u << 10)
+
+static dt_nn_pool pool_kind(const dt__nn_layer *l);
+
+/* The bias is the row after the kernel in memory (weights of a layer are consecutive in the
+ * model's flat buffers), so [kernel; bias] is a (K + 1, filters) matrix. */
+static bool bias_follows(const float *kernel, const float *bias, int K, int units)
 {
+    return kernel && bias && bias == kernel + (size_t)K * units;
+}
+
+/* Sizes of one conv step over a chunk of samples. */
+typedef struct conv_geo {
+    int K, ld;           /* kernel rows; col row length (K + 1 with the ones column) */
+    size_t in, out, col; /* floats per sample: input, output, im2col rows */
+    dt__nn_layer *pool;  /* the fused pool consumer, or NULL */
+    size_t pool_out;     /* its floats per sample */
+    int chunk;           /* samples per chunk */
+} conv_geo;
+
+static conv_geo geo(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    conv_geo g = {.K = l->kh * l->kw * l->win.c};
+    g.ld = g.K + (l->win.ones ? 1 : 0);
+    g.in = dt__nn_shape_size(&l->in_shape[0]);
+    g.out = dt__nn_shape_size(&l->out);
+    g.col = conv_is_1x1(l) ? 0 : (size_t)l->win.oh * l->win.ow * g.ld;
+    g.pool = l->pool_consumer > 0 ? &c->layers[l->pool_consumer] : NULL;
+    g.pool_out = g.pool ? dt__nn_shape_size(&g.pool->out) : 0;
+    size_t per = (g.out + g.col) * sizeof(float);
+    g.chunk = c->n;
+    if (g.pool && per * (size_t)c->n > CHUNK_BYTES)
+        g.chunk = per >= CHUNK_BYTES ? 1 : (int)(CHUNK_BYTES / per);
+    return g;
+}
+
+/* The lowered input of samples [s0, s0 + n): x itself for 1x1 convolutions, else im2col rows
+ * (kept per layer from forward to backward when small, else the shared scratch). */
+static const float *conv_col(dt__nn_layer *l, dt__nn_ctx *c, const conv_geo *g, int s0, int n,
+                             bool fill)
+{
+    const float *x = dt__nn_x(c, l, 0) + (size_t)s0 * g->in;
     if (conv_is_1x1(l))
-        return dt__nn_x(c, l, 0);
-    float *col = l->aux ? l->aux : c->col;
-    if (fill)
-        c->ops->im2col(&l->win, dt__nn_x(c, l, 0), col);
+        return x;
+    float *col = l->aux ? (float *)l->aux + (size_t)s0 * g->col : c->col;
+    if (fill) {
+        dt_nn_win w = l->win;
+        w.n = n;
+        c->ops->im2col(&w, x, col);
+    }
     return col;
+}
+
+/* Where the output (and its gradient) of the chunk at s0 goes: with a fused pool nobody but
+ * the pool reads it, so every chunk reuses the head of the buffer, which stays in cache. */
+static size_t chunk_off(const conv_geo *g, int s0)
+{
+    return g->pool ? 0 : (size_t)s0 * g->out;
+}
+
+static void conv_forward_chunk(dt__nn_layer *l, dt__nn_ctx *c, const conv_geo *g, int s0, int n)
+{
+    int rows = n * l->win.oh * l->win.ow;
+    size_t off = chunk_off(g, s0);
+    const float *col = conv_col(l, c, g, s0, n, true);
+    /* y (rows, filters) = col (rows, K [+1]) [kernel; bias] (K [+1], filters) */
+    bool aug = l->win.ones && bias_follows(l->w[0].data, l->w[1].data, g->K, l->units);
+    float *pre = dt__nn_pre(l) + off;
+    dt_nn_gemm(c->ops, false, false, rows, l->units, aug ? g->K + 1 : g->K, 1.0f, col, g->ld,
+               l->w[0].data, l->units, 0.0f, pre, l->units);
+    if (l->use_bias && !aug)
+        c->ops->bias_add(pre, l->w[1].data, (size_t)rows, l->units);
+    if (l->act.kind != DT_NN_ACT_LINEAR && !l->act_to_consumer)
+        c->ops->act_fwd(&l->act, pre, l->y + off, (size_t)rows, l->units);
+    if (g->pool) {
+        dt_nn_win pw = g->pool->win;
+        pw.n = n;
+        size_t po = (size_t)s0 * g->pool_out;
+        c->ops->pool_fwd(pool_kind(g->pool), &pw, l->y + off, g->pool->y + po,
+                         (int32_t *)g->pool->aux + po);
+    }
 }
 
 static void conv_forward(dt__nn_layer *l, dt__nn_ctx *c)
 {
     l->win.n = c->n;
-    int rows = c->n * l->win.oh * l->win.ow, K = l->kh * l->kw * l->win.c;
-    const float *col = conv_col(l, c, true);
-    /* y (rows, filters) = col (rows, K) kernel (K, filters) */
-    dt_nn_gemm(c->ops, false, false, rows, l->units, K, 1.0f, col, K, l->w[0].data, l->units, 0.0f,
-               dt__nn_pre(l), l->units);
-    if (l->use_bias)
-        c->ops->bias_add(dt__nn_pre(l), l->w[1].data, (size_t)rows, l->units);
-    dt__nn_act_out(l, c, (size_t)rows, l->units);
+    conv_geo g = geo(l, c);
+    for (int s0 = 0; s0 < c->n; s0 += g.chunk)
+        conv_forward_chunk(l, c, &g, s0, c->n - s0 < g.chunk ? c->n - s0 : g.chunk);
+}
+
+static void conv_backward_chunk(dt__nn_layer *l, dt__nn_ctx *c, const conv_geo *g, int s0, int n,
+                                float *dx, bool acc)
+{
+    int rows = n * l->win.oh * l->win.ow;
+    size_t off = chunk_off(g, s0);
+    float *dz = l->dy + off;
+    if (g->pool) { /* the pool's gradient (its relu included) is dz */
+        dt_nn_win pw = g->pool->win;
+        pw.n = n;
+        size_t po = (size_t)s0 * g->pool_out;
+        c->ops->pool_bwd(pool_kind(g->pool), &pw, g->pool->dy + po,
+                         (const int32_t *)g->pool->aux + po, dz, false);
+    } else if (l->act.kind != DT_NN_ACT_LINEAR && !l->fused_loss && !l->act_to_consumer) {
+        c->ops->act_bwd(&l->act, l->z ? l->z + off : NULL, l->y + off, dz, dz, (size_t)rows,
+                        l->units, false);
+    }
+    const float *col = conv_col(l, c, g, s0, n, l->aux == NULL && !conv_is_1x1(l));
+    /* dkernel (K, filters) (+)= col^T dz. The bias gradient is not the GEMM's ones row: that
+     * would sum tens of thousands of rows in float (4e-6 off on resnet_small's strided conv);
+     * bias_grad sums in double, over the chunk that is still in cache. */
+    if (l->w[0].grad)
+        dt_nn_gemm(c->ops, true, false, g->K, l->units, rows, 1.0f, col, g->ld, dz, l->units,
+                   s0 ? 1.0f : 0.0f, l->w[0].grad, l->units);
+    if (l->use_bias && l->w[1].grad)
+        c->ops->bias_grad(dz, (size_t)rows, l->units, l->w[1].grad, s0 > 0);
+    if (!dx)
+        return;
+    dx += (size_t)s0 * g->in;
+    if (conv_is_1x1(l)) {
+        dt_nn_gemm(c->ops, false, true, rows, g->K, l->units, 1.0f, dz, l->units, l->w[0].data,
+                   l->units, acc ? 1.0f : 0.0f, dx, g->K);
+        return;
+    }
+    /* dcol (rows, K) = dz kernel^T, then scattered back */
+    dt_nn_gemm(c->ops, false, true, rows, g->K, l->units, 1.0f, dz, l->units, l->w[0].data,
+               l->units, 0.0f, c->col, g->K);
+    dt_nn_win w = l->win;
+    w.n = n;
+    c->ops->col2im(&w, c->col, dx, acc);
 }
 
 static void conv_backward(dt__nn_layer *l, dt__nn_ctx *c)
 {
     l->win.n = c->n;
-    int rows = c->n * l->win.oh * l->win.ow, K = l->kh * l->kw * l->win.c;
-    dt__nn_act_grad(l, c, (size_t)rows, l->units);
-    const float *col = conv_col(l, c, l->aux == NULL && !conv_is_1x1(l));
-    /* dkernel (K, filters) = col^T dz */
-    dt_nn_gemm(c->ops, true, false, K, l->units, rows, 1.0f, col, K, l->dy, l->units, 0.0f,
-               l->w[0].grad, l->units);
-    if (l->use_bias)
-        c->ops->bias_grad(l->dy, (size_t)rows, l->units, l->w[1].grad, false);
-    if (!dt__nn_need_dx(c, l, 0))
-        return;
-    bool acc;
-    float *dx = dt__nn_dx(c, l, 0, &acc);
-    if (conv_is_1x1(l)) {
-        dt_nn_gemm(c->ops, false, true, rows, K, l->units, 1.0f, l->dy, l->units, l->w[0].data,
-                   l->units, acc ? 1.0f : 0.0f, dx, K);
-        return;
-    }
-    /* dcol (rows, K) = dz kernel^T, then scattered back */
-    dt_nn_gemm(c->ops, false, true, rows, K, l->units, 1.0f, l->dy, l->units, l->w[0].data,
-               l->units, 0.0f, c->col, K);
-    c->ops->col2im(&l->win, c->col, dx, acc);
+    conv_geo g = geo(l, c);
+    bool acc = false;
+    float *dx = dt__nn_need_dx(c, l, 0) ? dt__nn_dx(c, l, 0, &acc) : NULL;
+    for (int s0 = 0; s0 < c->n; s0 += g.chunk)
+        conv_backward_chunk(l, c, &g, s0, c->n - s0 < g.chunk ? c->n - s0 : g.chunk, dx, acc);
 }
 
 const dt__nn_layer_vt dt__nn_conv2d = {
@@ -231,11 +327,15 @@ static dt_status pool_build(dt__nn_layer *l, dt_err *err)
 
 static dt_nn_pool pool_kind(const dt__nn_layer *l)
 {
+    if (l->relu_in)
+        return DT_NN_POOL_MAX_RELU;
     return (l->vt == &dt__nn_maxpool2d || l->vt == &dt__nn_gmp2d) ? DT_NN_POOL_MAX : DT_NN_POOL_AVG;
 }
 
 static void pool_forward(dt__nn_layer *l, dt__nn_ctx *c)
 {
+    if (l->pooled_by_producer)
+        return;
     l->win.n = c->n;
     c->ops->pool_fwd(pool_kind(l), &l->win, dt__nn_x(c, l, 0), l->y, l->aux);
 }
@@ -244,6 +344,11 @@ static void pool_backward(dt__nn_layer *l, dt__nn_ctx *c)
 {
     if (!dt__nn_need_dx(c, l, 0))
         return;
+    if (l->pooled_by_producer) { /* the conv runs it; its dy counts as written */
+        bool acc;
+        (void)dt__nn_dx(c, l, 0, &acc);
+        return;
+    }
     l->win.n = c->n;
     bool acc;
     float *dx = dt__nn_dx(c, l, 0, &acc);

@@ -7,13 +7,13 @@
 
 void dt__nn_act_out(dt__nn_layer *l, dt__nn_ctx *c, size_t rows, int cols)
 {
-    if (l->act.kind != DT_NN_ACT_LINEAR)
+    if (l->act.kind != DT_NN_ACT_LINEAR && !l->act_to_consumer)
         c->ops->act_fwd(&l->act, l->z, l->y, rows, cols);
 }
 
 void dt__nn_act_grad(dt__nn_layer *l, dt__nn_ctx *c, size_t rows, int cols)
 {
-    if (l->act.kind != DT_NN_ACT_LINEAR && !l->fused_loss)
+    if (l->act.kind != DT_NN_ACT_LINEAR && !l->fused_loss && !l->act_to_consumer)
         c->ops->act_bwd(&l->act, l->z, l->y, l->dy, l->dy, rows, cols, false);
 }
 
@@ -144,10 +144,11 @@ static void dense_backward(dt__nn_layer *l, dt__nn_ctx *c)
     size_t rows = rows_of(l, c);
     int in = l->w[0].shape.d[0];
     dt__nn_act_grad(l, c, rows, l->units); /* dy (rows, units) is now d pre-activation */
-    /* dkernel (in, units) = x^T dz */
-    dt_nn_gemm(c->ops, true, false, in, l->units, (int)rows, 1.0f, dt__nn_x(c, l, 0), in, l->dy,
-               l->units, 0.0f, l->w[0].grad, l->units);
-    if (l->use_bias)
+    /* dkernel (in, units) = x^T dz; no gradient buffers when the layer is not trainable */
+    if (l->w[0].grad)
+        dt_nn_gemm(c->ops, true, false, in, l->units, (int)rows, 1.0f, dt__nn_x(c, l, 0), in, l->dy,
+                   l->units, 0.0f, l->w[0].grad, l->units);
+    if (l->use_bias && l->w[1].grad)
         c->ops->bias_grad(l->dy, rows, l->units, l->w[1].grad, false);
     if (dt__nn_need_dx(c, l, 0)) { /* dx (rows, in) = dz kernel^T */
         bool acc;

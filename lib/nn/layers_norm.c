@@ -150,14 +150,14 @@ static void bn_backward(dt__nn_layer *l, dt__nn_ctx *c)
 {
     int ch = l->out.d[l->out.rank - 1];
     dt__nn_weight *g = bn_w(l, "gamma"), *b = bn_w(l, "beta");
-    if (g)
+    if (g && g->grad)
         c->ops->fill((size_t)ch, 0.0f, g->grad);
-    if (b)
+    if (b && b->grad)
         c->ops->fill((size_t)ch, 0.0f, b->grad);
     bool acc = false;
     float *dx = dt__nn_need_dx(c, l, 0) ? dt__nn_dx(c, l, 0, &acc) : NULL;
     c->ops->bn_bwd(l->dy, l->aux, rows_of(l, c), ch, g ? g->data : NULL, l->stat + ch, l->eps, dx,
-                   acc, g ? g->grad : NULL, b ? b->grad : NULL);
+                   acc, g ? g->grad : NULL, b ? b->grad : NULL); /* NULL: not trainable */
 }
 
 const dt__nn_layer_vt dt__nn_batchnorm = {

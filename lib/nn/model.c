@@ -90,7 +90,7 @@ static dt_status reserve(dt_model *m, int n, dt_err *err)
             l->dy = dt_nn_alloc(o, sz);
             ok = ok && l->dy;
         }
-        if (has_fused_act(l) && l->act.kind != DT_NN_ACT_LINEAR) {
+        if (has_fused_act(l) && l->act.kind != DT_NN_ACT_LINEAR && !l->act_to_consumer) {
             l->z = dt_nn_alloc(o, sz);
             ok = ok && l->z;
         }
@@ -123,6 +123,28 @@ static dt_status reserve(dt_model *m, int n, dt_err *err)
     return DT_OK;
 }
 
+/* Dense or Conv2D with a plain relu feeding only a max pool: the pool applies the relu. */
+static void fuse_relu_pool(dt__nn_graph *g)
+{
+    for (int i = 1; i < g->n; i++) {
+        dt__nn_layer *p = &g->layers[i];
+        if (!has_fused_act(p) || p->act.kind != DT_NN_ACT_RELU || p->n_consumers != 1 ||
+            i == g->output)
+            continue;
+        for (int j = i + 1; j < g->n; j++) {
+            dt__nn_layer *q = &g->layers[j];
+            if (q->n_in == 1 && q->in[0] == i && q->vt == &dt__nn_maxpool2d) {
+                p->act_to_consumer = q->relu_in = true;
+                if (p->vt == &dt__nn_conv2d) {
+                    p->pool_consumer = j;
+                    q->pooled_by_producer = true;
+                }
+                break;
+            }
+        }
+    }
+}
+
 static dt_status build(dt_model *m, uint64_t seed, dt_err *err)
 {
     dt__nn_graph *g = &m->g;
@@ -153,6 +175,7 @@ static dt_status build(dt_model *m, uint64_t seed, dt_err *err)
                                     "the model passes the limit of %llu weights",
                                     (unsigned long long)DT_MAX_NN_PARAMS);
     }
+    fuse_relu_pool(g);
     const dt_nn_ops *o = m->ops;
     m->n_params = np;
     m->n_state = ns;

@@ -56,9 +56,16 @@ typedef struct dt_nn_win {
     int kh, kw;     /* window */
     int sh, sw;     /* strides */
     int pt, pl;     /* padding before (top, left); bottom/right follow from the sizes */
+    /* im2col appends a 1 to every col row (rows of kh*kw*c + 1): a bias stored right after the
+     * kernel is then one more kernel row, added by the forward GEMM. col2im ignores it (its rows
+     * are kh*kw*c). */
+    bool ones;
 } dt_nn_win;
 
-typedef enum dt_nn_pool { DT_NN_POOL_MAX, DT_NN_POOL_AVG } dt_nn_pool;
+/* DT_NN_POOL_MAX_RELU: max pooling of relu(x), the pair Conv2D(activation="relu") ->
+ * MaxPooling2D in one pass (relu and max commute); arg is -1 where no cell is positive, so the
+ * backward hands the gradient to the winner only where relu passed it. */
+typedef enum dt_nn_pool { DT_NN_POOL_MAX, DT_NN_POOL_AVG, DT_NN_POOL_MAX_RELU } dt_nn_pool;
 
 /* Losses, named as in Keras. */
 typedef enum dt_nn_loss_kind {
@@ -82,8 +89,9 @@ typedef struct dt_nn_ops {
     void (*gemm)(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                  const float *b, int ldb, float beta, float *c, int ldc);
 
-    /* Conv lowering. col: (n*oh*ow, kh*kw*c) with columns ordered (kh, kw, c) like a Keras
-     * kernel [kh, kw, in, out], so conv = col x kernel. col2im adds col back into dx. */
+    /* Conv lowering. col: (n*oh*ow, kh*kw*c [+ 1 if g->ones]) with columns ordered (kh, kw, c)
+     * like a Keras kernel [kh, kw, in, out], so conv = col x kernel. col2im adds col (rows of
+     * kh*kw*c) back into dx. */
     void (*im2col)(const dt_nn_win *g, const float *x, float *col);
     void (*col2im)(const dt_nn_win *g, const float *col, float *dx, bool acc);
 

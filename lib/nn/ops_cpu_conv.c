@@ -11,37 +11,69 @@
 #include <math.h>
 #include <string.h>
 
-/* x (n, h, w, c) -> col (n*oh*ow, kh*kw*c); cells in the padding are zeros. */
-void dt__nn_cpu_im2col(const dt_nn_win *g, const float *x, float *col)
+/* n floats: whole vectors, then a tail without a loop (GCC turns short copy loops into libc
+ * memcpy calls, which cost more than these copies of a few floats). */
+static inline void copy_run(float *restrict dst, const float *restrict src, size_t n)
 {
-    size_t rowlen = (size_t)g->kh * g->kw * g->c;
-    size_t cb = (size_t)g->c * sizeof(float);
-    for (int n = 0; n < g->n; n++)
-        for (int oy = 0; oy < g->oh; oy++)
-            for (int ox = 0; ox < g->ow; ox++) {
-                float *row = col + (((size_t)n * g->oh + oy) * g->ow + ox) * rowlen;
-                for (int ky = 0; ky < g->kh; ky++) {
-                    int iy = oy * g->sh - g->pt + ky;
-                    float *dst = row + (size_t)ky * g->kw * g->c;
-                    if (iy < 0 || iy >= g->h) {
-                        memset(dst, 0, cb * g->kw);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        memcpy(dst + i, src + i, 16);
+    switch (n - i) {
+    case 3:
+        dst[i + 2] = src[i + 2];
+        /* fall through */
+    case 2:
+        dst[i + 1] = src[i + 1];
+        /* fall through */
+    case 1:
+        dst[i] = src[i];
+        break;
+    default:
+        break;
+    }
+}
+
+/* x (n, h, w, c) -> col (n*oh*ow, kh*kw*c [+1]); cells in the padding are zeros. The geometry
+ * is copied to locals: stores into col could alias *gp otherwise, and the compiler would reload
+ * it for every float. */
+void dt__nn_cpu_im2col(const dt_nn_win *gp, const float *x, float *col)
+{
+    const dt_nn_win g = *gp;
+    const size_t c = (size_t)g.c, run = (size_t)g.kw * c, k = run * (size_t)g.kh;
+    const size_t rowlen = k + (g.ones ? 1 : 0), xrow = (size_t)g.w * c;
+    float *row = col;
+    for (int n = 0; n < g.n; n++)
+        for (int oy = 0; oy < g.oh; oy++) {
+            int iy0 = oy * g.sh - g.pt;
+            bool rows_in = iy0 >= 0 && iy0 + g.kh <= g.h;
+            for (int ox = 0; ox < g.ow; ox++, row += rowlen) {
+                int ix0 = ox * g.sw - g.pl;
+                if (g.ones)
+                    row[k] = 1.0f;
+                if (rows_in && ix0 >= 0 && ix0 + g.kw <= g.w) { /* the window is inside */
+                    const float *src = x + ((size_t)n * g.h + iy0) * xrow + (size_t)ix0 * c;
+                    for (int ky = 0; ky < g.kh; ky++)
+                        copy_run(row + (size_t)ky * run, src + (size_t)ky * xrow, run);
+                    continue;
+                }
+                for (int ky = 0; ky < g.kh; ky++) {
+                    int iy = iy0 + ky;
+                    float *dst = row + (size_t)ky * run;
+                    if (iy < 0 || iy >= g.h) {
+                        memset(dst, 0, run * sizeof(float));
                         continue;
                     }
-                    const float *xr = x + ((size_t)n * g->h + iy) * g->w * g->c;
-                    int ix0 = ox * g->sw - g->pl;
-                    if (ix0 >= 0 && ix0 + g->kw <= g->w) { /* the whole row is inside */
-                        memcpy(dst, xr + (size_t)ix0 * g->c, cb * g->kw);
-                        continue;
-                    }
-                    for (int kx = 0; kx < g->kw; kx++) {
+                    const float *xr = x + ((size_t)n * g.h + iy) * xrow;
+                    for (int kx = 0; kx < g.kw; kx++) {
                         int ix = ix0 + kx;
-                        if (ix < 0 || ix >= g->w)
-                            memset(dst + (size_t)kx * g->c, 0, cb);
+                        if (ix < 0 || ix >= g.w)
+                            memset(dst + (size_t)kx * c, 0, c * sizeof(float));
                         else
-                            memcpy(dst + (size_t)kx * g->c, xr + (size_t)ix * g->c, cb);
+                            copy_run(dst + (size_t)kx * c, xr + (size_t)ix * c, c);
                     }
                 }
             }
+        }
 }
 
 /* The adjoint of im2col: every col cell is added back to the input cell it was copied from. */
@@ -112,10 +144,122 @@ static void max_into(const float *x, float *y, int32_t *arg, int32_t base, int c
     }
 }
 
+/* Windows that tile the input: stride = pool size, no padding (the common case). */
+static bool tiled(const dt_nn_win *g)
+{
+    return g->sh == g->kh && g->sw == g->kw && g->pt == 0 && g->pl == 0;
+}
+
+/* relu on a pooled row: where the max is not positive the output is 0 and nothing won. */
+static void relu_row(float *y, int32_t *arg, int c)
+{
+    int ch = 0;
+    for (; ch + 4 <= c; ch += 4) {
+        dt_v4f yv;
+        dt_v4i av;
+        memcpy(&yv, y + ch, 16);
+        memcpy(&av, arg + ch, 16);
+        dt_v4i pos = yv > (dt_v4f){0, 0, 0, 0};
+        yv = (dt_v4f)((dt_v4i)yv & pos);
+        av = (av & pos) | ~pos; /* -1 where not positive */
+        memcpy(y + ch, &yv, 16);
+        memcpy(arg + ch, &av, 16);
+    }
+    for (; ch < c; ch++)
+        if (!(y[ch] > 0)) {
+            y[ch] = 0.0f;
+            arg[ch] = -1;
+        }
+}
+
+/* 8-wide vectors for the 2x2 pooling kernels, which are compiled twice (AVX2 and the SSE2
+ * baseline, picked at load time): at 4 lanes they are instruction-bound on cached data. */
+typedef float dt_v8f __attribute__((vector_size(32)));
+typedef int32_t dt_v8i __attribute__((vector_size(32)));
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define DT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DT_CLONES
+#endif
+
+/* One vector of channels of a 2x2 window: max of the four cells (ties keep the earlier cell,
+ * row-major window order), the winner's flat index, relu (-1: nothing won). */
+#define MAX2X2_LANES(VF, VI, IOTA)                                                                 \
+    do {                                                                                           \
+        VF a, b, d, e;                                                                             \
+        memcpy(&a, x0 + ch, sizeof a);                                                             \
+        memcpy(&b, x1 + ch, sizeof b);                                                             \
+        memcpy(&d, x2 + ch, sizeof d);                                                             \
+        memcpy(&e, x3 + ch, sizeof e);                                                             \
+        VI i0 = IOTA + (int32_t)(b0 + ch);                                                         \
+        VI i1 = i0 + c, i2 = i0 + (int32_t)rs, i3 = i2 + c;                                        \
+        VI g1 = b > a, g3 = e > d;                                                                 \
+        VF m01 = (VF)(((VI)b & g1) | ((VI)a & ~g1));                                               \
+        VI a01 = (i1 & g1) | (i0 & ~g1);                                                           \
+        VF m23 = (VF)(((VI)e & g3) | ((VI)d & ~g3));                                               \
+        VI a23 = (i3 & g3) | (i2 & ~g3);                                                           \
+        VI gt = m23 > m01;                                                                         \
+        VF m = (VF)(((VI)m23 & gt) | ((VI)m01 & ~gt));                                             \
+        VI am = (a23 & gt) | (a01 & ~gt);                                                          \
+        if (relu) {                                                                                \
+            VI pos = m > (VF){0};                                                                  \
+            m = (VF)((VI)m & pos);                                                                 \
+            am = (am & pos) | ~pos;                                                                \
+        }                                                                                          \
+        memcpy(yp + ch, &m, sizeof m);                                                             \
+        memcpy(ap + ch, &am, sizeof am);                                                           \
+    } while (0)
+
+/* 2x2 windows, stride 2, no padding: the four cells in one pass. The geometry is copied to
+ * locals (stores through arg could alias *gp). */
+DT_CLONES static void max_2x2(const dt_nn_win *gp, const float *x, float *y, int32_t *arg,
+                              bool relu)
+{
+    const dt_nn_win g = *gp;
+    const int c = g.c;
+    const size_t rs = (size_t)g.w * c; /* input row stride */
+    for (int n = 0; n < g.n; n++)
+        for (int oy = 0; oy < g.oh; oy++)
+            for (int ox = 0; ox < g.ow; ox++) {
+                size_t o = (((size_t)n * g.oh + oy) * g.ow + ox) * c;
+                size_t b0 = (((size_t)n * g.h + 2 * oy) * g.w + 2 * ox) * c;
+                const float *x0 = x + b0, *x1 = x0 + c, *x2 = x0 + rs, *x3 = x2 + c;
+                float *yp = y + o;
+                int32_t *ap = arg + o;
+                int ch = 0;
+                for (; ch + 8 <= c; ch += 8)
+                    MAX2X2_LANES(dt_v8f, dt_v8i, ((dt_v8i){0, 1, 2, 3, 4, 5, 6, 7}));
+                for (; ch + 4 <= c; ch += 4)
+                    MAX2X2_LANES(dt_v4f, dt_v4i, ((dt_v4i){0, 1, 2, 3}));
+                for (; ch < c; ch++) {
+                    const float *cells[4] = {x0, x1, x2, x3};
+                    size_t base[4] = {b0, b0 + c, b0 + rs, b0 + rs + c};
+                    float m = x0[ch];
+                    int32_t am = (int32_t)(b0 + ch);
+                    for (int k = 1; k < 4; k++)
+                        if (cells[k][ch] > m) {
+                            m = cells[k][ch];
+                            am = (int32_t)(base[k] + ch);
+                        }
+                    if (relu && !(m > 0)) {
+                        m = 0.0f;
+                        am = -1;
+                    }
+                    yp[ch] = m;
+                    ap[ch] = am;
+                }
+            }
+}
+
 void dt__nn_cpu_pool_fwd(dt_nn_pool kind, const dt_nn_win *g, const float *x, float *y,
                          int32_t *arg)
 {
     int c = g->c;
+    bool relu = kind == DT_NN_POOL_MAX_RELU;
+    if (kind != DT_NN_POOL_AVG && tiled(g) && g->kh == 2 && g->kw == 2) {
+        max_2x2(g, x, y, arg, relu);
+        return;
+    }
     for (int n = 0; n < g->n; n++)
         for (int oy = 0; oy < g->oh; oy++)
             for (int ox = 0; ox < g->ow; ox++) {
@@ -153,13 +297,15 @@ void dt__nn_cpu_pool_fwd(dt_nn_pool kind, const dt_nn_win *g, const float *x, fl
                     float inv = 1.0f / (float)window_count(g, oy, ox);
                     for (int ch = 0; ch < c; ch++)
                         yp[ch] *= inv;
+                } else if (relu) {
+                    relu_row(yp, ap, c);
                 }
             }
 }
 
-/* Max-pool backward when the windows tile the input (stride = pool size, no padding, the
- * common case): one sequential pass writes every input cell, the pooled gradient where the cell
- * won and zero elsewhere, instead of clearing dx and scattering into it. */
+/* Max-pool backward when the windows tile the input: one sequential pass writes every input cell,
+ * the pooled gradient where the cell won and zero elsewhere, instead of clearing dx and scattering
+ * into it. */
 static void tiled_max_bwd(const dt_nn_win *g, const float *dy, const int32_t *arg, float *dx)
 {
     int c = g->c;
@@ -190,21 +336,80 @@ static void tiled_max_bwd(const dt_nn_win *g, const float *dy, const int32_t *ar
             }
 }
 
+/* One vector of channels: each of the four cells gets the gradient where it won, else 0. */
+#define MAX2X2_BWD_LANES(VF, VI, IOTA)                                                             \
+    do {                                                                                           \
+        VI av, i0 = IOTA + (int32_t)(b0 + ch);                                                     \
+        VF dv;                                                                                     \
+        memcpy(&av, ap + ch, sizeof av);                                                           \
+        memcpy(&dv, dp + ch, sizeof dv);                                                           \
+        VI di = (VI)dv;                                                                            \
+        VI r0 = di & (av == i0), r1 = di & (av == i0 + c);                                         \
+        VI r2 = di & (av == i0 + (int32_t)rs), r3 = di & (av == i0 + (int32_t)rs + c);             \
+        memcpy(d0 + ch, &r0, sizeof r0);                                                           \
+        memcpy(d1 + ch, &r1, sizeof r1);                                                           \
+        memcpy(d2 + ch, &r2, sizeof r2);                                                           \
+        memcpy(d3 + ch, &r3, sizeof r3);                                                           \
+    } while (0)
+
+/* The 2x2 case of tiled_max_bwd: per window, its four cells, two per input row. */
+DT_CLONES static void max_2x2_bwd(const dt_nn_win *gp, const float *dy, const int32_t *arg,
+                                  float *dx)
+{
+    const dt_nn_win g = *gp;
+    const int c = g.c;
+    const size_t rs = (size_t)g.w * c;
+    for (int n = 0; n < g.n; n++) {
+        for (int oy = 0; oy < g.oh; oy++) {
+            for (int ox = 0; ox < g.ow; ox++) {
+                size_t o = (((size_t)n * g.oh + oy) * g.ow + ox) * c;
+                size_t b0 = (((size_t)n * g.h + 2 * oy) * g.w + 2 * ox) * c;
+                const float *dp = dy + o;
+                const int32_t *ap = arg + o;
+                float *d0 = dx + b0, *d1 = d0 + c, *d2 = d0 + rs, *d3 = d2 + c;
+                int ch = 0;
+                for (; ch + 8 <= c; ch += 8)
+                    MAX2X2_BWD_LANES(dt_v8f, dt_v8i, ((dt_v8i){0, 1, 2, 3, 4, 5, 6, 7}));
+                for (; ch + 4 <= c; ch += 4)
+                    MAX2X2_BWD_LANES(dt_v4f, dt_v4i, ((dt_v4i){0, 1, 2, 3}));
+                for (; ch < c; ch++) {
+                    int32_t a = ap[ch], i = (int32_t)(b0 + ch);
+                    d0[ch] = a == i ? dp[ch] : 0.0f;
+                    d1[ch] = a == i + c ? dp[ch] : 0.0f;
+                    d2[ch] = a == i + (int32_t)rs ? dp[ch] : 0.0f;
+                    d3[ch] = a == i + (int32_t)rs + c ? dp[ch] : 0.0f;
+                }
+            }
+            if (g.w > 2 * g.ow) { /* the last column no window covers */
+                size_t b = (((size_t)n * g.h + 2 * oy) * g.w + 2 * g.ow) * c;
+                memset(dx + b, 0, (size_t)c * sizeof(float));
+                memset(dx + b + rs, 0, (size_t)c * sizeof(float));
+            }
+        }
+        if (g.h > 2 * g.oh) /* the last row */
+            memset(dx + ((size_t)n * g.h + 2 * g.oh) * rs, 0, rs * sizeof(float));
+    }
+}
+
 void dt__nn_cpu_pool_bwd(dt_nn_pool kind, const dt_nn_win *g, const float *dy, const int32_t *arg,
                          float *dx, bool acc)
 {
     int c = g->c;
     size_t ny = (size_t)g->n * g->oh * g->ow * c;
-    if (kind == DT_NN_POOL_MAX && !acc && g->sh == g->kh && g->sw == g->kw && g->pt == 0 &&
-        g->pl == 0) {
-        tiled_max_bwd(g, dy, arg, dx);
+    bool max = kind != DT_NN_POOL_AVG;
+    if (max && !acc && tiled(g)) {
+        if (g->kh == 2 && g->kw == 2)
+            max_2x2_bwd(g, dy, arg, dx);
+        else
+            tiled_max_bwd(g, dy, arg, dx);
         return;
     }
     if (!acc)
         memset(dx, 0, (size_t)g->n * g->h * g->w * c * sizeof(float));
-    if (kind == DT_NN_POOL_MAX) {
+    if (max) {
         for (size_t i = 0; i < ny; i++)
-            dx[arg[i]] += dy[i];
+            if (arg[i] >= 0) /* -1: relu stopped it */
+                dx[arg[i]] += dy[i];
         return;
     }
     for (int n = 0; n < g->n; n++)

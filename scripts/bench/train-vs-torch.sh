@@ -65,5 +65,8 @@ print("dtrain  : %9.1f samples/s  %.3f ms/step  (GEMMs %.3f ms = %.0f%% of the s
 print("pytorch : %9.1f samples/s  %.3f ms/step  (torch %s)" % (
     t["samples_per_s"], t["step_s"] * 1e3, t["torch"]))
 print("ratio   : %.2fx" % (o["samples_per_s"] / t["samples_per_s"]))
+# The GEMMs of a step are its floor: a step that were GEMMs only would run at batch / gemm_s.
+print("bound   : %9.1f samples/s if a step were its GEMMs only; the step reaches %.0f%% of it" % (
+    o["samples_per_s"] * o["step_s"] / o["gemm_s"], 100 * o["gemm_fraction"]))
 print("blas    : %s" % o["blas"])
 PYEOF

@@ -14,7 +14,9 @@ back), and writes DIR/out.json + DIR/out.bin (float64, same manifest form):
   "<opt>/<weight>"          every weight (moving statistics included) after N steps of <opt>,
                             with Keras 3's update rules, on the same batch every step.
 Only the layers of config/models are implemented; anything else raises.
-REF_DTYPE=float32 runs the reference in float32 (to see how far float32 itself drifts).
+REF_DTYPE=float32 runs the reference in float32 (to see how far float32 itself drifts);
+REF_F64_LAYERS=Conv2D,Dense then computes those layer classes in float64 (inputs and weights
+promoted, the output stored back as float32), to find where float32 rounding matters.
 """
 import json
 import math
@@ -93,12 +95,19 @@ def pair(v):
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
-def forward(layers, W, S, x, training):
+F64_LAYERS = set(os.environ.get("REF_F64_LAYERS", "").split(","))
+
+
+def forward(layers, W_all, S, x, training):
     """W: trainable weights, S: moving statistics (updated in training, Keras's rule)."""
     vals = {"__input__": x}
     first_input = None
     for name, cls, c, ins in layers:
         xs = [vals.get(i, vals["__input__"]) for i in ins]
+        W = W_all
+        if cls in F64_LAYERS:
+            W = {k: v.double() for k, v in W_all.items()}
+            xs = [v.double() for v in xs]
         h = xs[0]
         if cls == "Conv2D":
             k, s = pair(c["kernel_size"]), pair(c.get("strides", 1))
@@ -153,7 +162,7 @@ def forward(layers, W, S, x, training):
             h = h.mean((1, 2))
         else:
             raise ValueError("layer class " + cls)
-        vals[name] = h
+        vals[name] = h.to(D)
         first_input = first_input or name
     return h
 

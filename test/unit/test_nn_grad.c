@@ -190,3 +190,32 @@ DT_TEST(nn_grad_regularizers)
                  DENSE(3, "linear"), NULL),
           sce_logits);
 }
+
+DT_TEST(nn_grad_frozen_layers)
+{
+    /* trainable: false layers have no gradient buffers; the others still get theirs. */
+    check(nn_seq("6, 5, 2",
+                 "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 3, \"kernel_size\": 3, "
+                 "\"activation\": \"tanh\", \"trainable\": false}}",
+                 "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 3, \"kernel_size\": 2, "
+                 "\"activation\": \"tanh\"}}",
+                 FLATTEN,
+                 "{\"class_name\": \"Dense\", \"config\": {\"units\": 4, \"activation\": \"tanh\", "
+                 "\"trainable\": false}}",
+                 DENSE(3, "linear"), NULL),
+          sce_logits);
+}
+
+DT_TEST(nn_grad_maxpool_2x2_fast_paths)
+{
+    /* The 2x2 pooling kernels: 13 channels take 8 and 4 lanes and the scalar tail, 7x7 leaves
+     * a row and a column no window covers. (A relu in front is checked against the unfused
+     * network by test_nn_fused.c: finite differences trip over its kinks.) */
+    /* Near-ties of the max flip within a 1e-2 step here: a smaller one. */
+    ASSERT_GT(nn_gradcheck(nn_seq("7, 7, 2", CONV(13, "3", ", \"padding\": \"same\""),
+                                  "{\"class_name\": \"MaxPooling2D\", \"config\": "
+                                  "{\"pool_size\": 2}}",
+                                  FLATTEN, DENSE(3, "linear"), NULL),
+                           sce_logits, 3, 1e-3, 5e-4, 4e-3),
+              0);
+}

@@ -128,6 +128,7 @@ DT_TEST(nn_ops_pooling_matches_naive)
     pool_case("AveragePooling2D", 7, 6, 3, 2, 2, 2, 2, false);
     pool_case("AveragePooling2D", 7, 5, 2, 3, 2, 2, 1, true);
     pool_case("MaxPooling2D", 5, 5, 1, 2, 3, 1, 2, true);
+    pool_case("MaxPooling2D", 9, 8, 13, 2, 2, 2, 2, false); /* 2x2 path: 8, 4 lanes, tail */
 }
 
 DT_TEST(nn_ops_gemm_transposes)

@@ -43,6 +43,22 @@ static const double *ref_get(const ref *r, const char *name, size_t *n)
     DT_FAIL_("reference has no tensor %s", name);
 }
 
+/* Appends a line to the file DT_NN_PARITY_REPORT names, if any (test logs are removed when the
+ * tests pass). */
+DT_PRINTF(1, 2) static void report(const char *fmt, ...)
+{
+    const char *path = getenv("DT_NN_PARITY_REPORT");
+    FILE *f = path ? fopen(path, "a") : NULL;
+    if (!f)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fputc('\n', f);
+    fclose(f);
+}
+
 /* max |a - b| / max(max |b|, floor); prints the figures per tensor. */
 static double compare(const char *what, const float *a, const double *b, size_t n, double tol,
                       double floor)
@@ -55,12 +71,15 @@ static double compare(const char *what, const float *a, const double *b, size_t 
     }
     printf("  %-42s n=%-7zu maxdiff %.3e  rel %.3e  [%.6g %.6g | %.6g %.6g]\n", what, n, md,
            md / mb, a[0], n > 1 ? a[1] : 0, b[0], n > 1 ? b[1] : 0);
-    if (!(md / mb <= tol))
+    report("%-42s rel %.3e (tolerance %.0e)", what, md / mb, tol);
+    if (!(md / mb <= tol) && !getenv("DT_NN_PARITY_REPORT"))
         DT_FAIL_("%s: relative difference %.3e above %.0e", what, md / mb, tol);
     return md / mb;
 }
 
-/* DT_NN_PARITY_STEPS overrides the 20 steps, to watch how differences grow. */
+/* DT_NN_PARITY_STEPS overrides the 20 steps, to watch how differences grow; with
+ * DT_NN_PARITY_REPORT=FILE, every figure is also appended to FILE and differences never fail
+ * (to see them all). */
 static int steps(void)
 {
     const char *e = getenv("DT_NN_PARITY_STEPS");
@@ -198,6 +217,7 @@ static void parity(const char *model_json_path, const char *json_text, int nstep
     r.data = (double *)(void *)text;
 
     printf("%s: batch %d\n", model_json_path, n);
+    report("%s: batch %d, %d steps", model_json_path, n, nsteps);
     /* step 0: loss and gradients */
     dt_loss loss = {DT_NN_LOSS_SPARSE_CE, true};
     dt_model_batch b = nn_batch(&d, loss.kind);
@@ -293,19 +313,31 @@ DT_TEST_TIMEOUT(nn_parity_torch_tutorial_cnn, 300)
     parity_file("config/models/fmnist_cnn.json", NULL, NULL, steps(), 1e-4);
 }
 
-/* With batch normalization and residual adds the float32 trajectories leave the float64 one at
- * the first ReLU whose input crosses zero within rounding (around step 10 on this batch):
- * PyTorch's own float32 then differs from its float64 by up to 1.3e-4 after 20 steps. So: the
- * weights to 1e-4 over the first 6 steps, and over 20 steps to 2e-3. */
+/* With batch normalization (and residual adds) 20 steps of float32 arithmetic leave the float64
+ * trajectory by more than 1e-4, in PyTorch as in dtrain. Measured on this batch (max over the
+ * weights of max |diff| / max |reference|, after 20 steps, SGD-momentum / Adam):
+ *
+ *                                        conv_bn_cnn            resnet_small
+ *   dtrain float32 vs torch float64      6.5e-4 / 1.9e-5        2.9e-4 / 1.3e-4
+ *   torch float32 vs torch float64       6.5e-4 / 1.3e-5        5.4e-5 / 1.3e-4
+ *   torch float64, weights +-1 ulp(f32)  3.3e-7 / 1.8e-6        1.3e-7 / 2.4e-7
+ *
+ * It is rounding, not chaos in the trajectory (one float32 ulp on every initial weight moves
+ * the float64 run by < 2e-6) and no semantic difference (step 0 agrees to 1e-6). Bisected in
+ * the float32 reference by computing single layer classes in float64: the float32 GEMMs of
+ * Conv2D (1.0e-3 when only they are float32) and Dense (6.5e-4) cause it, BN's arithmetic only
+ * 1.3e-5; with every layer in float64 (activations, gradients and weights still stored as
+ * float32) it falls to 6.4e-7 / 5.0e-6. Hence: 1e-4 over the first 6 steps, and over 20 steps
+ * 1e-3, the band PyTorch's own float32 lands in. */
 DT_TEST_TIMEOUT(nn_parity_torch_conv_bn_cnn, 300)
 {
     parity_file("config/models/fmnist_cnn_bn.json", "\"rate\": 0.25", "\"rate\": 0.00", 6, 1e-4);
     parity_file("config/models/fmnist_cnn_bn.json", "\"rate\": 0.25", "\"rate\": 0.00", steps(),
-                2e-3);
+                1e-3);
 }
 
 DT_TEST_TIMEOUT(nn_parity_torch_residual_functional, 300)
 {
     parity_file("config/models/resnet_small.json", NULL, NULL, 6, 1e-4);
-    parity_file("config/models/resnet_small.json", NULL, NULL, steps(), 2e-3);
+    parity_file("config/models/resnet_small.json", NULL, NULL, steps(), 1e-3);
 }
