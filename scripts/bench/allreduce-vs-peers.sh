@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# allreduce-vs-peers.sh - dtrain's ring all-reduce next to gloo (torch.distributed) and OpenMPI
+# (MPI_Allreduce over its TCP transport), same sizes, same world sizes, same wire.
+#
+#   scripts/bench/allreduce-vs-peers.sh [--sizes 4K,64K,1M,4M,16M,64M] [--worlds 2,3,4] [--iters N]
+#       [--net loopback|netns|both] [--rate 1gbit] [--budget S] [--only dtrain,gloo,mpi]
+#       [--out DIR] [--json]
+#
+#   --net      loopback: every rank on 127.0.0.1; netns: each rank on its own scripts/netns-cluster.sh
+#              host (own namespace and address, egress shaped to --rate); both (default)
+#   --iters    most timed calls per size (default 20); dtrain's bench gets it as its --iters
+#   --budget   the peers size their iteration count to about S seconds per size (default 3), at
+#              least 3 calls, so 64 MB on a shaped link stays quick
+#   --only     run only these implementations (the others print n/a)
+#   --out      keep every raw JSON result and log in DIR (default: a temporary directory, removed)
+#   --json     print one JSON document {"runs": [{"net","world_size","impl","rows"|"error"}...]}
+#
+# dtrain: R daemons form a cluster (loopback: scripts/local-cluster.sh; netns: one dtraind per host
+# with TF_CONFIG), then `dtrain --addr CHIEF bench allreduce --sizes .. --iters N --json`. When that
+# command fails (not built yet, cluster did not form), dtrain's columns say n/a and the reason goes
+# to stderr. gloo: scripts/bench/gloo_allreduce.py, one process per rank (GLOO_SOCKET_IFNAME lo or
+# eth0). MPI: build/bench/mpi_allreduce (built from mpi_allreduce.c with mpicc) under mpirun with
+# `--mca btl tcp,self`, so it crosses the same TCP wire as the others rather than shared memory;
+# on netns hosts mpirun runs on host 0 and starts the other ranks through scripts/bench/netns-rsh.sh
+# (ip netns exec in place of ssh).
+# busbw = algbw * 2(R-1)/R (nccl-tests). Ratios > 1 mean dtrain is faster.
+#
+# Runs as root for netns (namespaces) and lets OpenMPI run as root. Every process it starts is
+# stopped on exit (trap), every wait has a timeout, and the namespaces it brought up are removed.
+# Environment: DT_NETNS_PREFIX (default dtbench) names the namespaces; DT_BIN_DIR (default ./bin).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+BIN_DIR=${DT_BIN_DIR:-$ROOT/bin}
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=python3
+NETNS=$ROOT/scripts/netns-cluster.sh
+export DT_NETNS_PREFIX=${DT_NETNS_PREFIX:-dtbench}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# No OpenMPI process should look for InfiniBand or print help about it.
+export OMPI_MCA_btl_base_warn_component_unused=0
+
+SIZES=4K,64K,1M,4M,16M,64M
+WORLDS=2,3,4
+ITERS=20
+NET=both
+RATE=1gbit
+BUDGET=3
+ONLY=dtrain,gloo,mpi
+OUT=""
+JSON=0
+RUN_TIMEOUT=${DT_BENCH_RUN_TIMEOUT:-300} # seconds for one implementation at one world size
+
+die() {
+  echo "allreduce-vs-peers: $*" >&2
+  exit 2
+}
+note() { echo "allreduce-vs-peers: $*" >&2; }
+usage() {
+  sed -n '5,7s/^# \{0,1\}//p' "$0" >&2
+  exit 2
+}
+
+while (($#)); do
+  case $1 in
+  --sizes) SIZES=${2:?--sizes needs a value}; shift 2 ;;
+  --worlds) WORLDS=${2:?--worlds needs a value}; shift 2 ;;
+  --iters) ITERS=${2:?--iters needs a value}; shift 2 ;;
+  --net) NET=${2:?--net needs a value}; shift 2 ;;
+  --rate) RATE=${2:?--rate needs a value}; shift 2 ;;
+  --budget) BUDGET=${2:?--budget needs a value}; shift 2 ;;
+  --only) ONLY=${2:?--only needs a value}; shift 2 ;;
+  --out) OUT=${2:?--out needs a value}; shift 2 ;;
+  --json) JSON=1; shift ;;
+  -h | --help) sed -n '2,27s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  *) note "unknown option '$1'"; usage ;;
+  esac
+done
+[[ $SIZES =~ ^[0-9]+[KMG]?(,[0-9]+[KMG]?)*$ ]] || die "--sizes '$SIZES': use e.g. 4K,64K,1M"
+[[ $WORLDS =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--worlds '$WORLDS': use e.g. 2,3,4"
+[[ $ITERS =~ ^[1-9][0-9]*$ ]] || die "--iters '$ITERS' must be a positive integer"
+[[ $BUDGET =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--budget '$BUDGET' must be seconds"
+case $NET in
+loopback) NETS=(loopback) ;;
+netns) NETS=(netns) ;;
+both) NETS=(loopback netns) ;;
+*) die "--net must be loopback, netns or both, got '$NET'" ;;
+esac
+IFS=, read -ra WORLD_LIST <<<"$WORLDS"
+for r in "${WORLD_LIST[@]}"; do ((r >= 2 && r <= 16)) || die "world size $r: use 2..16"; done
+wants() { [[ ,$ONLY, == *",$1,"* ]]; }
+
+if [[ -n $OUT ]]; then
+  mkdir -p "$OUT"
+  WORK=$(cd "$OUT" && pwd)
+else
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/dt-allreduce-peers.XXXXXX")
+fi
+
+# ---- cleanup: every process we started, the local cluster, the namespaces --------------------
+PIDS=()
+NETNS_OWNED=0
+LOCAL_DIRS=()
+stop_pids() {
+  local p left deadline=$((SECONDS + 5))
+  (($#)) || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  while ((SECONDS < deadline)); do
+    left=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$p/stat" 2>/dev/null) != Z ]] && left=1; done
+    ((left)) || break
+    sleep 0.1
+  done
+  kill -KILL "$@" 2>/dev/null || true
+  wait "$@" 2>/dev/null || true
+}
+cleanup() {
+  local d
+  stop_pids "${PIDS[@]}"
+  PIDS=()
+  for d in "${LOCAL_DIRS[@]}"; do "$ROOT/scripts/local-cluster.sh" stop --dir "$d" --timeout 5 >/dev/null 2>&1 || true; done
+  LOCAL_DIRS=()
+  if ((NETNS_OWNED)); then
+    "$NETNS" down >/dev/null 2>&1 || note "could not remove namespaces $DT_NETNS_PREFIX-*"
+    NETNS_OWNED=0
+  fi
+}
+on_exit() {
+  local rc=$?
+  cleanup
+  [[ -n $OUT ]] || rm -rf "$WORK"
+  exit $rc
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
+# ---- prerequisites -------------------------------------------------------------------------
+HAVE_TORCH=0 HAVE_MPI=0 HAVE_DTRAIN=0
+if wants gloo; then
+  if "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+    HAVE_TORCH=1
+  else note "$PY has no torch with gloo (apt-get install python3-torch): gloo columns n/a"; fi
+fi
+if wants mpi; then
+  if command -v mpirun >/dev/null && command -v mpicc >/dev/null; then
+    mkdir -p build/bench
+    if [[ ! -x build/bench/mpi_allreduce || scripts/bench/mpi_allreduce.c -nt build/bench/mpi_allreduce ]]; then
+      mpicc -O2 -std=c11 -Wall -Wextra -o build/bench/mpi_allreduce scripts/bench/mpi_allreduce.c ||
+        die "mpicc failed on scripts/bench/mpi_allreduce.c"
+    fi
+    HAVE_MPI=1
+  else note "no mpirun/mpicc (apt-get install openmpi-bin libopenmpi-dev): MPI columns n/a"; fi
+fi
+if wants dtrain; then
+  if [[ -x $BIN_DIR/dtrain && -x $BIN_DIR/dtraind ]]; then HAVE_DTRAIN=1; else
+    note "no $BIN_DIR/dtrain or dtraind (run make): dtrain columns n/a"
+  fi
+fi
+for n in "${NETS[@]}"; do
+  if [[ $n == netns ]]; then
+    [[ $(id -u) -eq 0 ]] || die "--net netns needs root (network namespaces); use --net loopback"
+    [[ -z $("$NETNS" status 2>/dev/null | grep 'hosts up' || true) ]] ||
+      die "namespaces with prefix $DT_NETNS_PREFIX exist: '$NETNS down' (DT_NETNS_PREFIX=$DT_NETNS_PREFIX) first"
+  fi
+done
+
+# A free TCP port on 127.0.0.1 (for gloo's store on loopback).
+free_port() {
+  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Wait for every file in "$@" to exist, up to $1 seconds.
+wait_files() {
+  local t=$1 f deadline
+  shift
+  deadline=$((SECONDS + t))
+  for f in "$@"; do
+    until [[ -e $f ]]; do
+      ((SECONDS < deadline)) || return 1
+      sleep 0.1
+    done
+  done
+}
+
+# addr_of NET I: rank I's address on that network.
+addr_of() {
+  if [[ $1 == loopback ]]; then echo 127.0.0.1; else "$NETNS" addr "$2"; fi
+}
+# on_host NET I CMD...: run CMD on rank I's host.
+on_host() {
+  local net=$1 i=$2
+  shift 2
+  if [[ $net == loopback ]]; then "$@"; else "$NETNS" exec "$i" "$@"; fi
+}
+
+# run_dtrain NET R OUTFILE: dtrain's figures into OUTFILE (JSON), or 1 with the reason on stderr.
+run_dtrain() {
+  local net=$1 r=$2 out=$3 dir=$WORK/dtrain-$1-$2 addr tok i cluster readies=() pids=() rc=0
+  mkdir -p "$dir"
+  if [[ $net == loopback ]]; then
+    LOCAL_DIRS+=("$dir")
+    "$ROOT/scripts/local-cluster.sh" "$r" --dir "$dir" --timeout 60 >"$dir/start.log" 2>&1 || {
+      note "dtrain: local cluster of $r did not form: $(tail -n 3 "$dir/start.log" | tr '\n' ' ')"
+      return 1
+    }
+    addr=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["cluster"]["worker"][0])' "$dir/worker-0.tf_config.json")
+    tok=$dir/token
+  else
+    tok=$dir/token
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tok")
+    cluster=""
+    for ((i = 0; i < r; i++)); do cluster+="${cluster:+,}\"$(addr_of netns "$i"):7070\""; done
+    addr=$(addr_of netns 0):7070
+    for ((i = 0; i < r; i++)); do
+      mkdir -p "$dir/h$i"
+      "$NETNS" exec "$i" env TF_CONFIG="{\"cluster\":{\"worker\":[$cluster]},\"task\":{\"type\":\"worker\",\"index\":$i}}" \
+        "$BIN_DIR/dtraind" --token-file "$tok" --state-dir "$dir/h$i" --ready-file "$dir/h$i.ready" \
+        >"$dir/h$i.log" 2>&1 </dev/null &
+      pids+=($!)
+      PIDS+=($!)
+      readies+=("$dir/h$i.ready")
+    done
+    wait_files 60 "${readies[@]}" || {
+      note "dtrain: $r netns daemons did not form in 60 s; see $dir/h*.log"
+      stop_pids "${pids[@]}"
+      return 1
+    }
+  fi
+  on_host "$net" 0 timeout -k 5 "$RUN_TIMEOUT" "$BIN_DIR/dtrain" --addr "$addr" --token-file "$tok" \
+    bench allreduce --sizes "$SIZES" --iters "$ITERS" --json >"$out" 2>"$dir/bench.err" || rc=1
+  if ((rc)); then note "dtrain ($net, R=$r): $(head -c 300 "$dir/bench.err" | tr '\n' ' ')"; fi
+  if [[ $net == loopback ]]; then
+    "$ROOT/scripts/local-cluster.sh" stop --dir "$dir" --timeout 5 >/dev/null 2>&1 || true
+  else
+    stop_pids "${pids[@]}"
+  fi
+  return $rc
+}
+
+# run_gloo NET R OUTFILE
+run_gloo() {
+  local net=$1 r=$2 out=$3 dir=$WORK/gloo-$1-$2 master iface=lo i pids=() rc=0
+  mkdir -p "$dir"
+  if [[ $net == loopback ]]; then master=127.0.0.1:$(free_port); else
+    master=$(addr_of netns 0):29500
+    iface=eth0
+  fi
+  for ((i = 0; i < r; i++)); do
+    on_host "$net" "$i" timeout -k 5 "$RUN_TIMEOUT" "$PY" "$ROOT/scripts/bench/gloo_allreduce.py" \
+      --rank "$i" --world "$r" --master "$master" --iface "$iface" --sizes "$SIZES" \
+      --iters "$ITERS" --budget "$BUDGET" --json >"$dir/rank$i.out" 2>"$dir/rank$i.err" </dev/null &
+    pids+=($!)
+    PIDS+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
+  if ((rc)); then
+    note "gloo ($net, R=$r) failed: $(cat "$dir"/rank*.err | grep -v '^$' | head -n 3 | tr '\n' ' ')"
+    return 1
+  fi
+  cp "$dir/rank0.out" "$out"
+}
+
+# run_mpi NET R OUTFILE
+run_mpi() {
+  local net=$1 r=$2 out=$3 dir=$WORK/mpi-$1-$2 i args
+  mkdir -p "$dir"
+  args=(--mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+  if [[ $net == netns ]]; then
+    : >"$dir/hostfile"
+    for ((i = 0; i < r; i++)); do echo "$(addr_of netns "$i") slots=1" >>"$dir/hostfile"; done
+    args=(--hostfile "$dir/hostfile" --map-by node --mca plm_rsh_agent "$ROOT/scripts/bench/netns-rsh.sh"
+      -x DT_NETNS_PREFIX --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0)
+  fi
+  on_host "$net" 0 timeout -k 5 "$RUN_TIMEOUT" mpirun -np "$r" --oversubscribe "${args[@]}" \
+    "$ROOT/build/bench/mpi_allreduce" --sizes "$SIZES" --iters "$ITERS" --budget "$BUDGET" --json \
+    >"$out" 2>"$dir/mpirun.err" </dev/null || {
+    note "MPI ($net, R=$r) failed: $(grep -v '^$' "$dir/mpirun.err" | head -n 3 | tr '\n' ' ')"
+    return 1
+  }
+}
+
+# ---- the runs ------------------------------------------------------------------------------
+RESULTS=$WORK/results.jsonl
+: >"$RESULTS"
+# record NET R IMPL FILE|-
+record() {
+  "$PY" - "$@" >>"$RESULTS" <<'EOF'
+import json, sys
+net, r, impl, f = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rec = {"net": net, "world_size": r, "impl": impl}
+try:
+    d = json.loads(open(f).read().strip().splitlines()[-1]) if f != "-" else None
+    rec["rows"] = [{k: row[k] for k in ("bytes", "time_s", "algbw_GBps", "busbw_GBps")} for row in d["rows"]]
+except Exception as e:
+    rec["error"] = "no result" if f == "-" else "unreadable result: %s" % e
+print(json.dumps(rec))
+EOF
+}
+
+for net in "${NETS[@]}"; do
+  for r in "${WORLD_LIST[@]}"; do
+    if [[ $net == netns ]]; then
+      "$NETNS" up "$r" "$RATE" >"$WORK/netns-up-$r.log" 2>&1 || die "netns-cluster.sh up $r $RATE failed: $(tail -n 2 "$WORK/netns-up-$r.log")"
+      NETNS_OWNED=1
+    fi
+    note "$net, R=$r: sizes $SIZES"
+    for impl in dtrain gloo mpi; do
+      f=$WORK/$impl-$net-$r.json
+      have=0
+      case $impl in dtrain) have=$HAVE_DTRAIN ;; gloo) have=$HAVE_TORCH ;; mpi) have=$HAVE_MPI ;; esac
+      if ((have)) && "run_$impl" "$net" "$r" "$f"; then record "$net" "$r" "$impl" "$f"; else record "$net" "$r" "$impl" -; fi
+    done
+    cleanup
+  done
+done
+
+# ---- the report ----------------------------------------------------------------------------
+"$PY" - "$RESULTS" "$JSON" "$RATE" "$(nproc)" <<'EOF'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+as_json, rate, ncpu = sys.argv[2] == "1", sys.argv[3], sys.argv[4]
+if as_json:
+    print(json.dumps({"rate": rate, "cpus": int(ncpu), "runs": runs}))
+    sys.exit(0)
+units = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+link_gbps = next((float(rate[:-len(u)]) * units[u] / 1e9 for u in ("kbit", "mbit", "gbit", "bit")
+                  if rate.lower().endswith(u) and rate[:-len(u)].replace(".", "").isdigit()), None)
+by = {(r["net"], r["world_size"], r["impl"]): {row["bytes"]: row for row in r.get("rows", [])} for r in runs}
+def fmt_size(b):
+    for u, s in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if b >= u and b % u == 0:
+            return "%d%sB" % (b // u, s)
+    return "%dB" % b
+def cell(v, f="%.3f"):
+    return f % v if v is not None else "n/a"
+def ratio(a, b):
+    return "%.2fx" % (a / b) if a is not None and b else "n/a"
+keys = sorted({(r["net"], r["world_size"]) for r in runs}, key=lambda k: (k[0] != "loopback", k[1]))
+print("# all-reduce, float32 sum: bus bandwidth in GB/s (busbw = algbw * 2(R-1)/R); %s CPUs" % ncpu)
+for net, R in keys:
+    rows = sorted(set().union(*(by[(net, R, i)].keys() for i in ("dtrain", "gloo", "mpi"))))
+    where = "loopback (127.0.0.1)" if net == "loopback" else "netns hosts, %s egress each" % rate
+    print("\n## %s, R=%d" % (where, R))
+    hdr = "%-6s %10s %10s %10s %12s %12s" % ("size", "dtrain", "gloo", "MPI", "dtrain/gloo", "dtrain/MPI")
+    if net == "netns" and link_gbps:
+        hdr += " %14s" % "dtrain % link"
+    print(hdr)
+    for b in rows:
+        v = {i: by[(net, R, i)].get(b, {}).get("busbw_GBps") for i in ("dtrain", "gloo", "mpi")}
+        line = "%-6s %10s %10s %10s %12s %12s" % (fmt_size(b), cell(v["dtrain"]), cell(v["gloo"]),
+                                                  cell(v["mpi"]), ratio(v["dtrain"], v["gloo"]),
+                                                  ratio(v["dtrain"], v["mpi"]))
+        if net == "netns" and link_gbps:
+            line += " %14s" % (cell(v["dtrain"] * 8 / link_gbps * 100, "%.0f%%") if v["dtrain"] else "n/a")
+        print(line)
+    small = min(rows) if rows else None
+    if small is not None:
+        t = {i: by[(net, R, i)].get(small, {}).get("time_s") for i in ("dtrain", "gloo", "mpi")}
+        us = lambda x: cell(x * 1e6 if x else None, "%.0f")
+        print("latency %s: dtrain %s us, gloo %s us, MPI %s us; dtrain/gloo time %s, dtrain/MPI time %s"
+              % (fmt_size(small), us(t["dtrain"]), us(t["gloo"]), us(t["mpi"]),
+                 ratio(t["dtrain"], t["gloo"]), ratio(t["dtrain"], t["mpi"])))
+failed = [r for r in runs if "error" in r]
+if failed:
+    print("\nn/a: " + ", ".join("%s %s R=%d" % (r["impl"], r["net"], r["world_size"]) for r in failed))
+EOF
