@@ -29,14 +29,10 @@
 # stopped on exit (trap), every wait has a timeout, and the namespaces it brought up are removed.
 # Environment: DT_NETNS_PREFIX (default dtbench) names the namespaces; DT_BIN_DIR (default ./bin).
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PB_NAME=allreduce-vs-peers
+# shellcheck source=scripts/bench/peers-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/peers-lib.sh"
 cd "$ROOT"
-BIN_DIR=${DT_BIN_DIR:-$ROOT/bin}
-PY=/usr/bin/python3
-[[ -x $PY ]] || PY=python3
-NETNS=$ROOT/scripts/netns-cluster.sh
-export DT_NETNS_PREFIX=${DT_NETNS_PREFIX:-dtbench}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # No OpenMPI process should look for InfiniBand or print help about it.
 export OMPI_MCA_btl_base_warn_component_unused=0
 
@@ -51,11 +47,6 @@ OUT=""
 JSON=0
 RUN_TIMEOUT=${DT_BENCH_RUN_TIMEOUT:-300} # seconds for one implementation at one world size
 
-die() {
-  echo "allreduce-vs-peers: $*" >&2
-  exit 2
-}
-note() { echo "allreduce-vs-peers: $*" >&2; }
 usage() {
   sed -n '5,7s/^# \{0,1\}//p' "$0" >&2
   exit 2
@@ -93,46 +84,10 @@ wants() { [[ ,$ONLY, == *",$1,"* ]]; }
 if [[ -n $OUT ]]; then
   mkdir -p "$OUT"
   WORK=$(cd "$OUT" && pwd)
+  KEEP_WORK=1
 else
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/dt-allreduce-peers.XXXXXX")
 fi
-
-# ---- cleanup: every process we started, the local cluster, the namespaces --------------------
-PIDS=()
-NETNS_OWNED=0
-LOCAL_DIRS=()
-stop_pids() {
-  local p left deadline=$((SECONDS + 5))
-  (($#)) || return 0
-  kill -TERM "$@" 2>/dev/null || true
-  while ((SECONDS < deadline)); do
-    left=0
-    for p in "$@"; do kill -0 "$p" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$p/stat" 2>/dev/null) != Z ]] && left=1; done
-    ((left)) || break
-    sleep 0.1
-  done
-  kill -KILL "$@" 2>/dev/null || true
-  wait "$@" 2>/dev/null || true
-}
-cleanup() {
-  local d
-  stop_pids "${PIDS[@]}"
-  PIDS=()
-  for d in "${LOCAL_DIRS[@]}"; do "$ROOT/scripts/local-cluster.sh" stop --dir "$d" --timeout 5 >/dev/null 2>&1 || true; done
-  LOCAL_DIRS=()
-  if ((NETNS_OWNED)); then
-    "$NETNS" down >/dev/null 2>&1 || note "could not remove namespaces $DT_NETNS_PREFIX-*"
-    NETNS_OWNED=0
-  fi
-}
-on_exit() {
-  local rc=$?
-  cleanup
-  [[ -n $OUT ]] || rm -rf "$WORK"
-  exit $rc
-}
-trap on_exit EXIT
-trap 'exit 130' INT TERM
 
 # ---- prerequisites -------------------------------------------------------------------------
 HAVE_TORCH=0 HAVE_MPI=0 HAVE_DTRAIN=0
@@ -156,84 +111,17 @@ if wants dtrain; then
     note "no $BIN_DIR/dtrain or dtraind (run make): dtrain columns n/a"
   fi
 fi
-for n in "${NETS[@]}"; do
-  if [[ $n == netns ]]; then
-    [[ $(id -u) -eq 0 ]] || die "--net netns needs root (network namespaces); use --net loopback"
-    [[ -z $("$NETNS" status 2>/dev/null | grep 'hosts up' || true) ]] ||
-      die "namespaces with prefix $DT_NETNS_PREFIX exist: '$NETNS down' (DT_NETNS_PREFIX=$DT_NETNS_PREFIX) first"
-  fi
-done
-
-# A free TCP port on 127.0.0.1 (for gloo's store on loopback).
-free_port() {
-  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# Wait for every file in "$@" to exist, up to $1 seconds.
-wait_files() {
-  local t=$1 f deadline
-  shift
-  deadline=$((SECONDS + t))
-  for f in "$@"; do
-    until [[ -e $f ]]; do
-      ((SECONDS < deadline)) || return 1
-      sleep 0.1
-    done
-  done
-}
-
-# addr_of NET I: rank I's address on that network.
-addr_of() {
-  if [[ $1 == loopback ]]; then echo 127.0.0.1; else "$NETNS" addr "$2"; fi
-}
-# on_host NET I CMD...: run CMD on rank I's host.
-on_host() {
-  local net=$1 i=$2
-  shift 2
-  if [[ $net == loopback ]]; then "$@"; else "$NETNS" exec "$i" "$@"; fi
-}
+for n in "${NETS[@]}"; do [[ $n != netns ]] || pb_netns_check; done
 
 # run_dtrain NET R OUTFILE: dtrain's figures into OUTFILE (JSON), or 1 with the reason on stderr.
 run_dtrain() {
-  local net=$1 r=$2 out=$3 dir=$WORK/dtrain-$1-$2 addr tok i cluster readies=() pids=() rc=0
-  mkdir -p "$dir"
-  if [[ $net == loopback ]]; then
-    LOCAL_DIRS+=("$dir")
-    "$ROOT/scripts/local-cluster.sh" "$r" --dir "$dir" --timeout 60 >"$dir/start.log" 2>&1 || {
-      note "dtrain: local cluster of $r did not form: $(tail -n 3 "$dir/start.log" | tr '\n' ' ')"
-      return 1
-    }
-    addr=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["cluster"]["worker"][0])' "$dir/worker-0.tf_config.json")
-    tok=$dir/token
-  else
-    tok=$dir/token
-    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tok")
-    cluster=""
-    for ((i = 0; i < r; i++)); do cluster+="${cluster:+,}\"$(addr_of netns "$i"):7070\""; done
-    addr=$(addr_of netns 0):7070
-    for ((i = 0; i < r; i++)); do
-      mkdir -p "$dir/h$i"
-      "$NETNS" exec "$i" env TF_CONFIG="{\"cluster\":{\"worker\":[$cluster]},\"task\":{\"type\":\"worker\",\"index\":$i}}" \
-        "$BIN_DIR/dtraind" --token-file "$tok" --state-dir "$dir/h$i" --ready-file "$dir/h$i.ready" \
-        >"$dir/h$i.log" 2>&1 </dev/null &
-      pids+=($!)
-      PIDS+=($!)
-      readies+=("$dir/h$i.ready")
-    done
-    wait_files 60 "${readies[@]}" || {
-      note "dtrain: $r netns daemons did not form in 60 s; see $dir/h*.log"
-      stop_pids "${pids[@]}"
-      return 1
-    }
-  fi
-  on_host "$net" 0 timeout -k 5 "$RUN_TIMEOUT" "$BIN_DIR/dtrain" --addr "$addr" --token-file "$tok" \
-    bench allreduce --sizes "$SIZES" --iters "$ITERS" --json >"$out" 2>"$dir/bench.err" || rc=1
-  if ((rc)); then note "dtrain ($net, R=$r): $(head -c 300 "$dir/bench.err" | tr '\n' ' ')"; fi
-  if [[ $net == loopback ]]; then
-    "$ROOT/scripts/local-cluster.sh" stop --dir "$dir" --timeout 5 >/dev/null 2>&1 || true
-  else
-    stop_pids "${pids[@]}"
-  fi
+  local net=$1 r=$2 out=$3 dir=$WORK/dtrain-$1-$2 rc=0
+  pb_dtrain_up "$net" "$r" "$dir" || return 1
+  pb_on_host "$net" 0 timeout -k 5 "$RUN_TIMEOUT" "$BIN_DIR/dtrain" --addr "$CL_ADDR" \
+    --token-file "$CL_TOKEN" bench allreduce --sizes "$SIZES" --iters "$ITERS" --json \
+    >"$out" 2>"$dir/bench.err" </dev/null || rc=1
+  ((rc == 0)) || note "dtrain ($net, R=$r): $(head -c 300 "$dir/bench.err" | tr '\n' ' ')"
+  pb_dtrain_down "$net" "$dir"
   return $rc
 }
 
@@ -241,12 +129,12 @@ run_dtrain() {
 run_gloo() {
   local net=$1 r=$2 out=$3 dir=$WORK/gloo-$1-$2 master iface=lo i pids=() rc=0
   mkdir -p "$dir"
-  if [[ $net == loopback ]]; then master=127.0.0.1:$(free_port); else
-    master=$(addr_of netns 0):29500
+  if [[ $net == loopback ]]; then master=127.0.0.1:$(pb_free_port); else
+    master=$(pb_addr netns 0):29500
     iface=eth0
   fi
   for ((i = 0; i < r; i++)); do
-    on_host "$net" "$i" timeout -k 5 "$RUN_TIMEOUT" "$PY" "$ROOT/scripts/bench/gloo_allreduce.py" \
+    pb_on_host "$net" "$i" timeout -k 5 "$RUN_TIMEOUT" "$PY" "$ROOT/scripts/bench/gloo_allreduce.py" \
       --rank "$i" --world "$r" --master "$master" --iface "$iface" --sizes "$SIZES" \
       --iters "$ITERS" --budget "$BUDGET" --json >"$dir/rank$i.out" 2>"$dir/rank$i.err" </dev/null &
     pids+=($!)
@@ -262,16 +150,10 @@ run_gloo() {
 
 # run_mpi NET R OUTFILE
 run_mpi() {
-  local net=$1 r=$2 out=$3 dir=$WORK/mpi-$1-$2 i args
+  local net=$1 r=$2 out=$3 dir=$WORK/mpi-$1-$2
   mkdir -p "$dir"
-  args=(--mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
-  if [[ $net == netns ]]; then
-    : >"$dir/hostfile"
-    for ((i = 0; i < r; i++)); do echo "$(addr_of netns "$i") slots=1" >>"$dir/hostfile"; done
-    args=(--hostfile "$dir/hostfile" --map-by node --mca plm_rsh_agent "$ROOT/scripts/bench/netns-rsh.sh"
-      -x DT_NETNS_PREFIX --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0)
-  fi
-  on_host "$net" 0 timeout -k 5 "$RUN_TIMEOUT" mpirun -np "$r" --oversubscribe "${args[@]}" \
+  pb_mpi_args "$net" "$r" "$dir"
+  pb_on_host "$net" 0 timeout -k 5 "$RUN_TIMEOUT" mpirun "${PB_MPI_ARGS[@]}" \
     "$ROOT/build/bench/mpi_allreduce" --sizes "$SIZES" --iters "$ITERS" --budget "$BUDGET" --json \
     >"$out" 2>"$dir/mpirun.err" </dev/null || {
     note "MPI ($net, R=$r) failed: $(grep -v '^$' "$dir/mpirun.err" | head -n 3 | tr '\n' ' ')"
@@ -299,10 +181,7 @@ EOF
 
 for net in "${NETS[@]}"; do
   for r in "${WORLD_LIST[@]}"; do
-    if [[ $net == netns ]]; then
-      "$NETNS" up "$r" "$RATE" >"$WORK/netns-up-$r.log" 2>&1 || die "netns-cluster.sh up $r $RATE failed: $(tail -n 2 "$WORK/netns-up-$r.log")"
-      NETNS_OWNED=1
-    fi
+    if [[ $net == netns ]]; then pb_netns_up "$r" "$RATE"; fi
     note "$net, R=$r: sizes $SIZES"
     for impl in dtrain gloo mpi; do
       f=$WORK/$impl-$net-$r.json
@@ -310,7 +189,7 @@ for net in "${NETS[@]}"; do
       case $impl in dtrain) have=$HAVE_DTRAIN ;; gloo) have=$HAVE_TORCH ;; mpi) have=$HAVE_MPI ;; esac
       if ((have)) && "run_$impl" "$net" "$r" "$f"; then record "$net" "$r" "$impl" "$f"; else record "$net" "$r" "$impl" -; fi
     done
-    cleanup
+    pb_cleanup
   done
 done
 
