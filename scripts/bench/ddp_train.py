@@ -8,9 +8,9 @@ Dense(10)) trained with DistributedDataParallel on the gloo backend, on Fashion-
 One process per rank, started by the caller (scripts/bench/train-vs-ddp.sh puts each on its own
 netns host, or all on loopback). The global batch is split evenly across ranks (64 / R each); rank r
 reads its contiguous share of each global batch of the training set (no shuffle), as DATA sharding
-does. Adam (lr 0.001), cross-entropy on logits, one intra-op thread per rank. Images are decoded
-once into a uint8 tensor; each step converts its share to float / 255 (that cost is part of a step,
-as a data pipeline's is). After W warm-up steps and a barrier, N steps are timed; step_s is the
+does; only the images the run reads are decoded. Adam (lr 0.001), cross-entropy on logits, one
+intra-op thread per rank. Images are decoded once into a uint8 tensor; each step converts its
+share to float / 255 (that cost is part of a step, as a data pipeline's is). After W warm-up steps and a barrier, N steps are timed; step_s is the
 slowest rank's mean step, samples_per_s = global batch / step_s. Rank 0 prints
 {"world_size", "batch", "samples_per_s", "step_s", "loss", "torch"} with --json, else a line.
 """
@@ -25,18 +25,21 @@ import time
 import numpy as np
 
 
-def read_idx(path):
+def read_idx(path, limit):
+    """The first `limit` records of a gzipped IDX file of bytes (only that much is inflated)."""
     with gzip.open(path, "rb") as f:
-        data = f.read()
-    magic = int.from_bytes(data[0:4], "big")
-    ndim = magic & 0xFF
-    if magic >> 8 != 0x08 or ndim not in (1, 3):
-        raise SystemExit("ddp_train: %s is not an IDX file of bytes (magic 0x%08x)" % (path, magic))
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if arr.size != int(np.prod(dims)):
-        raise SystemExit("ddp_train: %s: %d bytes of data for shape %s" % (path, arr.size, dims))
-    return arr.reshape(dims)
+        head = f.read(4)
+        magic = int.from_bytes(head, "big") if len(head) == 4 else 0
+        ndim = magic & 0xFF
+        if magic >> 8 != 0x08 or ndim not in (1, 3):
+            raise SystemExit("ddp_train: %s is not an IDX file of bytes (magic 0x%08x)" % (path, magic))
+        dims = [int.from_bytes(f.read(4), "big") for _ in range(ndim)]
+        dims[0] = min(dims[0], limit)
+        want = int(np.prod(dims))
+        data = f.read(want)
+    if len(data) != want:
+        raise SystemExit("ddp_train: %s: %d bytes of data for shape %s" % (path, len(data), dims))
+    return np.frombuffer(data, dtype=np.uint8).reshape(dims)
 
 
 def main():
@@ -65,9 +68,12 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    images = torch.from_numpy(read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz")).copy())
-    labels = torch.from_numpy(read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz")).astype(np.int64))
+    need = (a.warmup + a.steps) * a.global_batch  # no more than the run reads
+    images = torch.from_numpy(read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz"), need).copy())
+    labels = torch.from_numpy(read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz"), need).astype(np.int64))
     n = images.shape[0]
+    if n != labels.shape[0] or n < a.global_batch:
+        raise SystemExit("ddp_train: %d images and %d labels in %s" % (n, labels.shape[0], a.data))
     local = a.global_batch // a.world
 
     dist.init_process_group("gloo", init_method="tcp://" + a.master, rank=a.rank,

@@ -66,6 +66,11 @@ pb__on_exit() {
 trap pb__on_exit EXIT
 trap 'exit 130' INT TERM
 
+# pb_have_torch: does $PY have torch? (Found, not imported: an import costs seconds.)
+pb_have_torch() {
+  "$PY" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' 2>/dev/null
+}
+
 # pb_netns_check: die unless we may bring up namespaces with our prefix.
 pb_netns_check() {
   [[ $(id -u) -eq 0 ]] || die "--net netns needs root (network namespaces); use --net loopback"
