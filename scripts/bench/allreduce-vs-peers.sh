@@ -3,7 +3,7 @@
 # (MPI_Allreduce over its TCP transport), same sizes, same world sizes, same wire.
 #
 #   scripts/bench/allreduce-vs-peers.sh [--sizes 4K,64K,1M,4M,16M,64M] [--worlds 2,3,4] [--iters N]
-#       [--net loopback|netns|both] [--rate 1gbit] [--budget S] [--rounds K]
+#       [--net loopback|netns|both] [--rate 1gbit] [--budget S] [--rounds K] [--settle S]
 #       [--only dtrain,gloo,mpi] [--out DIR] [--json]
 #
 #   --net      loopback: every rank on 127.0.0.1; netns: each rank on its own scripts/netns-cluster.sh
@@ -13,10 +13,12 @@
 #              least 3 calls, so 64 MB on a shaped link stays quick
 #   --rounds   run dtrain, gloo and MPI in turn K times (default 1); each size's best round counts,
 #              since on a shared machine a slow round measures the neighbours
+#   --settle   before each run wait up to S seconds (default 30) for the CPUs to be >= 80% idle;
+#              the idle share is recorded and the table's footer gives its range
 #   --only     run only these implementations (the others print n/a)
 #   --out      keep every raw JSON result and log in DIR (default: a temporary directory, removed)
 #   --json     print one JSON document {"runs": [{"net","world_size","impl","round",
-#              "rows"|"error"}...]} (every round, raw)
+#              "rows"|"error"}...], "link_check_gbps": {R: Gbit/s}} (every round, raw)
 #
 # dtrain: R daemons form a cluster (loopback: scripts/local-cluster.sh; netns: one dtraind per host
 # with TF_CONFIG), then `dtrain --addr CHIEF bench allreduce --sizes .. --iters N --json`. When that
@@ -26,7 +28,8 @@
 # `--mca btl tcp,self`, so it crosses the same TCP wire as the others rather than shared memory;
 # on netns hosts mpirun runs on host 0 and starts the other ranks through scripts/bench/netns-rsh.sh
 # (ip netns exec in place of ssh).
-# busbw = algbw * 2(R-1)/R (nccl-tests). Ratios > 1 mean dtrain is faster.
+# busbw = algbw * 2(R-1)/R (nccl-tests). Ratios > 1 mean dtrain is faster. Each netns table first
+# says what one TCP stream between two hosts carries (a 32 MB transfer), the link's real ceiling.
 #
 # Runs as root for netns (namespaces) and lets OpenMPI run as root. Every process it starts is
 # stopped on exit (trap), every wait has a timeout, and the namespaces it brought up are removed.
@@ -46,6 +49,7 @@ NET=both
 RATE=1gbit
 BUDGET=3
 ROUNDS=1
+SETTLE=30
 ONLY=dtrain,gloo,mpi
 OUT=""
 JSON=0
@@ -65,6 +69,7 @@ while (($#)); do
   --rate) RATE=${2:?--rate needs a value}; shift 2 ;;
   --budget) BUDGET=${2:?--budget needs a value}; shift 2 ;;
   --rounds) ROUNDS=${2:?--rounds needs a value}; shift 2 ;;
+  --settle) SETTLE=${2:?--settle needs a value}; shift 2 ;;
   --only) ONLY=${2:?--only needs a value}; shift 2 ;;
   --out) OUT=${2:?--out needs a value}; shift 2 ;;
   --json) JSON=1; shift ;;
@@ -75,6 +80,7 @@ done
 [[ $SIZES =~ ^[0-9]+[KMG]?(,[0-9]+[KMG]?)*$ ]] || die "--sizes '$SIZES': use e.g. 4K,64K,1M"
 [[ $WORLDS =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--worlds '$WORLDS': use e.g. 2,3,4"
 [[ $ITERS =~ ^[1-9][0-9]*$ ]] || die "--iters '$ITERS' must be a positive integer"
+[[ $SETTLE =~ ^[0-9]+$ ]] || die "--settle '$SETTLE' must be whole seconds"
 [[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || die "--rounds '$ROUNDS' must be 1..99"
 [[ $BUDGET =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--budget '$BUDGET' must be seconds"
 case $NET in
@@ -171,12 +177,12 @@ run_mpi() {
 # ---- the runs ------------------------------------------------------------------------------
 RESULTS=$WORK/results.jsonl
 : >"$RESULTS"
-# record NET R IMPL ROUND FILE|-
+# record NET R IMPL ROUND IDLE FILE|-
 record() {
   "$PY" - "$@" >>"$RESULTS" <<'EOF'
 import json, sys
-net, r, impl, rnd, f = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
-rec = {"net": net, "world_size": r, "impl": impl, "round": rnd}
+net, r, impl, rnd, idle, f = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
+rec = {"net": net, "world_size": r, "impl": impl, "round": rnd, "idle_pct": int(idle) if idle.isdigit() else None}
 try:
     d = json.loads(open(f).read().strip().splitlines()[-1]) if f != "-" else None
     rec["rows"] = [{k: row[k] for k in ("bytes", "time_s", "algbw_GBps", "busbw_GBps")} for row in d["rows"]]
@@ -189,7 +195,11 @@ EOF
 # Per network and world size: one dtrain cluster, then ROUNDS rounds of dtrain, gloo, MPI in turn.
 for net in "${NETS[@]}"; do
   for r in "${WORLD_LIST[@]}"; do
-    if [[ $net == netns ]]; then pb_netns_up "$r" "$RATE"; fi
+    if [[ $net == netns ]]; then
+      pb_netns_up "$r" "$RATE"
+      link=$(pb_link_check)
+      echo "{\"net\": \"netns\", \"world_size\": $r, \"impl\": \"link\", \"gbps\": ${link/n\/a/null}}" >>"$RESULTS"
+    fi
     note "$net, R=$r: sizes $SIZES, $ROUNDS round(s)"
     DT_UP=0
     if ((HAVE_DTRAIN)) && pb_dtrain_up "$net" "$r" "$WORK/dtrain-$net-$r"; then DT_UP=1; fi
@@ -198,9 +208,11 @@ for net in "${NETS[@]}"; do
         f=$WORK/$impl-$net-$r-$ROUND.json
         have=0
         case $impl in dtrain) have=$HAVE_DTRAIN ;; gloo) have=$HAVE_TORCH ;; mpi) have=$HAVE_MPI ;; esac
+        idle=-
+        ((have == 0)) || idle=$(pb_settle "$SETTLE")
         if ((have)) && "run_$impl" "$net" "$r" "$f"; then
-          record "$net" "$r" "$impl" "$ROUND" "$f"
-        else record "$net" "$r" "$impl" "$ROUND" -; fi
+          record "$net" "$r" "$impl" "$ROUND" "$idle" "$f"
+        else record "$net" "$r" "$impl" "$ROUND" "$idle" -; fi
       done
     done
     ((DT_UP == 0)) || pb_dtrain_down "$net" "$WORK/dtrain-$net-$r"
@@ -212,9 +224,11 @@ done
 "$PY" - "$RESULTS" "$JSON" "$RATE" "$(nproc)" <<'EOF'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+links = {r["world_size"]: r["gbps"] for r in runs if r["impl"] == "link"}
+runs = [r for r in runs if r["impl"] != "link"]
 as_json, rate, ncpu = sys.argv[2] == "1", sys.argv[3], sys.argv[4]
 if as_json:
-    print(json.dumps({"rate": rate, "cpus": int(ncpu), "runs": runs}))
+    print(json.dumps({"rate": rate, "cpus": int(ncpu), "link_check_gbps": links, "runs": runs}))
     sys.exit(0)
 units = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 link_gbps = next((float(rate[:-len(u)]) * units[u] / 1e9 for u in ("kbit", "mbit", "gbit", "bit")
@@ -241,6 +255,9 @@ for net, R in keys:
     rows = sorted(set().union(*(by[(net, R, i)].keys() for i in ("dtrain", "gloo", "mpi"))))
     where = "loopback (127.0.0.1)" if net == "loopback" else "netns hosts, %s egress each" % rate
     print("\n## %s, R=%d" % (where, R))
+    if net == "netns":
+        print("link check: one TCP stream host 1 -> host 0 carries %s Gbit/s of payload"
+              % cell(links.get(R), "%.3f"))
     hdr = "%-6s %10s %10s %10s %12s %12s" % ("size", "dtrain", "gloo", "MPI", "dtrain/gloo", "dtrain/MPI")
     if net == "netns" and link_gbps:
         hdr += " %14s" % "dtrain % link"
@@ -260,6 +277,10 @@ for net, R in keys:
         print("latency %s: dtrain %s us, gloo %s us, MPI %s us; dtrain/gloo time %s, dtrain/MPI time %s"
               % (fmt_size(small), us(t["dtrain"]), us(t["gloo"]), us(t["mpi"]),
                  ratio(t["dtrain"], t["gloo"]), ratio(t["dtrain"], t["mpi"])))
+idle = sorted(r["idle_pct"] for r in runs if r.get("idle_pct") is not None)
+if idle:
+    print("\nCPU idle just before each run: %d%% to %d%% (median %d%%); below ~80%% other work on the "
+          "machine skews the figures" % (idle[0], idle[-1], idle[len(idle) // 2]))
 failed = sorted({(r["impl"], r["net"], r["world_size"]) for r in runs if "error" in r})
 if failed:
     print("\nn/a (no result in some round): " + ", ".join("%s %s R=%d" % f for f in failed))

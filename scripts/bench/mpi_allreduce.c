@@ -95,11 +95,14 @@ int main(int argc, char **argv)
         size_t b = parse_size(tok);
         if (!b || b % 4 || nsizes == MAX_SIZES) {
             if (rank == 0)
-                fprintf(stderr, "mpi_allreduce: size '%s' is not a positive multiple of 4 bytes "
-                                "(or more than %d sizes)\n", tok, MAX_SIZES);
+                fprintf(stderr,
+                        "mpi_allreduce: size '%s' is not a positive multiple of 4 bytes "
+                        "(or more than %d sizes)\n",
+                        tok, MAX_SIZES);
             rc = 2;
+        } else {
+            sizes[nsizes++] = b;
         }
-        sizes[nsizes++] = b;
     }
     free(list);
     if (!rc && (iters < 1 || warmup < 1 || budget <= 0))

@@ -87,6 +87,65 @@ pb_netns_up() {
   NETNS_OWNED=1
 }
 
+# pb_link_check: TCP payload rate of one 32 MB transfer host 1 -> host 0 of the test bed, in
+# Gbit/s ("n/a" when it fails), so a table can say what the shaped link really carries.
+pb_link_check() {
+  local f=$WORK/link-check.out pid
+  "$NETNS" exec 0 timeout 20 "$PY" -c '
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 5299))
+s.listen(1)
+print("listening", flush=True)
+c, _ = s.accept()
+got, t0 = 0, None
+while True:
+    b = c.recv(1 << 20)
+    if not b:
+        break
+    if t0 is None:
+        t0 = time.perf_counter()
+    got += len(b)
+print("%.3f" % (got * 8 / (time.perf_counter() - t0) / 1e9))
+' "$(pb_addr netns 0)" >"$f" 2>/dev/null &
+  pid=$!
+  PIDS+=("$pid")
+  local deadline=$((SECONDS + 10))
+  until grep -q listening "$f" 2>/dev/null || ((SECONDS >= deadline)); do sleep 0.05; done
+  "$NETNS" exec 1 timeout 20 "$PY" -c '
+import socket, sys
+c = socket.create_connection((sys.argv[1], 5299), timeout=10)
+buf = bytes(1 << 20)
+for _ in range(32):
+    c.sendall(buf)
+c.close()
+' "$(pb_addr netns 0)" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  tail -n 1 "$f" | grep -E '^[0-9.]+$' || echo n/a
+}
+
+# pb_cpu_idle: the share of all CPUs idle over the next half second, in percent.
+pb_cpu_idle() {
+  local a b
+  a=$(awk '/^cpu /{print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat)
+  sleep 0.5
+  b=$(awk '/^cpu /{print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat)
+  awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ");
+    t = y[2] - x[2]; printf "%d\n", (t > 0 ? 100 * (y[1] - x[1]) / t : 100) }'
+}
+
+# pb_settle SECONDS: on a shared machine, wait up to SECONDS for the CPUs to be at least 80% idle
+# (other people's work skews every figure); print the idle share measured last.
+pb_settle() {
+  local deadline=$((SECONDS + $1)) idle
+  while true; do
+    idle=$(pb_cpu_idle)
+    if ((idle >= 80 || SECONDS >= deadline)); then break; fi
+  done
+  echo "$idle"
+}
+
 # pb_wait_files SECONDS FILE...: wait for every FILE to exist; 1 on timeout.
 pb_wait_files() {
   local t=$1 f deadline

@@ -4,13 +4,16 @@
 # across R workers, one thread per worker; samples/s, scaling efficiency and the ratio.
 #
 #   scripts/bench/train-vs-ddp.sh [--workers 1,2,4] [--net loopback|netns|both] [--steps N]
-#       [--rate 1gbit] [--batch 64] [--rounds K] [--only dtrain,ddp] [--out DIR] [--json]
+#       [--rate 1gbit] [--batch 64] [--rounds K] [--settle S] [--only dtrain,ddp] [--out DIR]
+#       [--json]
 #
 #   --net      loopback (default): all workers on 127.0.0.1; netns: each on its own
 #              scripts/netns-cluster.sh host (own namespace and address, egress shaped to --rate)
 #   --steps    timed steps per run (default 100; 10 warm-up steps come first)
 #   --rounds   run dtrain and DDP in turn K times (default 3); the best round of each counts,
 #              since on a shared machine a slow round measures the neighbours
+#   --settle   before each run wait up to S seconds (default 30) for the CPUs to be >= 80% idle;
+#              the idle share is recorded and the table's footer gives its range
 #   --only     run only these (the other prints n/a)
 #   --out      keep the raw JSON results and logs in DIR (default: a temporary directory, removed)
 #   --json     print {"runs": [{"net","workers","impl","round","samples_per_s","step_s"|"error"}]}
@@ -37,6 +40,7 @@ STEPS=100
 RATE=1gbit
 BATCH=64
 ROUNDS=3
+SETTLE=30
 ONLY=dtrain,ddp
 OUT=""
 JSON=0
@@ -44,7 +48,7 @@ RUN_TIMEOUT=${DT_BENCH_RUN_TIMEOUT:-300}
 MODEL=$ROOT/config/models/fmnist_cnn.json
 
 usage() {
-  sed -n '6,7s/^# \{0,1\}//p' "$0" >&2
+  sed -n '6,8s/^# \{0,1\}//p' "$0" >&2
   exit 2
 }
 while (($#)); do
@@ -55,6 +59,7 @@ while (($#)); do
   --rate) RATE=${2:?--rate needs a value}; shift 2 ;;
   --batch) BATCH=${2:?--batch needs a value}; shift 2 ;;
   --rounds) ROUNDS=${2:?--rounds needs a value}; shift 2 ;;
+  --settle) SETTLE=${2:?--settle needs a value}; shift 2 ;;
   --only) ONLY=${2:?--only needs a value}; shift 2 ;;
   --out) OUT=${2:?--out needs a value}; shift 2 ;;
   --json) JSON=1; shift ;;
@@ -64,6 +69,7 @@ while (($#)); do
 done
 [[ $WORKERS =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--workers '$WORKERS': use e.g. 1,2,4"
 [[ $STEPS =~ ^[1-9][0-9]*$ ]] || die "--steps '$STEPS' must be a positive integer"
+[[ $SETTLE =~ ^[0-9]+$ ]] || die "--settle '$SETTLE' must be whole seconds"
 [[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || die "--rounds '$ROUNDS' must be 1..99"
 [[ $BATCH =~ ^[1-9][0-9]*$ ]] || die "--batch '$BATCH' must be a positive integer"
 case $NET in
@@ -136,11 +142,11 @@ run_ddp() {
 
 RESULTS=$WORK/results.jsonl
 : >"$RESULTS"
-record() { # NET R IMPL ROUND FILE|-
+record() { # NET R IMPL ROUND IDLE FILE|-
   "$PY" - "$@" >>"$RESULTS" <<'EOF'
 import json, sys
-net, r, impl, rnd, f = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
-rec = {"net": net, "workers": r, "impl": impl, "round": rnd}
+net, r, impl, rnd, idle, f = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
+rec = {"net": net, "workers": r, "impl": impl, "round": rnd, "idle_pct": int(idle) if idle.isdigit() else None}
 try:
     d = json.loads(open(f).read().strip().splitlines()[-1]) if f != "-" else None
     rec.update(samples_per_s=float(d["samples_per_s"]), step_s=float(d["step_s"]))
@@ -166,9 +172,11 @@ for net in "${NETS[@]}"; do
         f=$WORK/$impl-$rnet-$r-$ROUND.json
         have=$HAVE_DTRAIN
         [[ $impl == dtrain ]] || have=$HAVE_TORCH
+        idle=-
+        ((have == 0)) || idle=$(pb_settle "$SETTLE")
         if ((have)) && "run_$impl" "$rnet" "$r" "$f"; then
-          record "$rnet" "$r" "$impl" "$ROUND" "$f"
-        else record "$rnet" "$r" "$impl" "$ROUND" -; fi
+          record "$rnet" "$r" "$impl" "$ROUND" "$idle" "$f"
+        else record "$rnet" "$r" "$impl" "$ROUND" "$idle" -; fi
       done
     done
     ((DT_UP == 0)) || pb_dtrain_down "$rnet" "$WORK/dtrain-$rnet-$r"
@@ -205,6 +213,10 @@ for net in nets:
         eff = lambda v, impl: cell(v / (R * base(impl)) * 100, "%.0f%%") if v and base(impl) else "n/a"
         print("%-3d %12s %12s %10s %10s %13s" % (R, cell(d), cell(t), eff(d, "dtrain"), eff(t, "ddp"),
                                                  "%.2fx" % (d / t) if d and t else "n/a"))
+idle = sorted(r["idle_pct"] for r in runs if r.get("idle_pct") is not None)
+if idle:
+    print("\nCPU idle just before each run: %d%% to %d%% (median %d%%); below ~80%% other work on the "
+          "machine skews the figures" % (idle[0], idle[-1], idle[len(idle) // 2]))
 failed = sorted({(r["impl"], r["net"], r["workers"]) for r in runs if "error" in r})
 if failed:
     print("\nn/a (no result in some round): " + ", ".join("%s %s R=%d" % f for f in failed))

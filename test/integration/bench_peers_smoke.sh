@@ -30,7 +30,7 @@ dt_assert_contains "$DT_TEST_TMP/bad.out" "does not split evenly" "uneven batch 
 nets=loopback
 [[ $(id -u) -ne 0 ]] || nets=both
 t0=$(dt__now_ms)
-"$B/allreduce-vs-peers.sh" --sizes 4K --worlds 2 --iters 2 --budget 0.1 --net "$nets" --out "$DT_TEST_TMP/ar" \
+"$B/allreduce-vs-peers.sh" --sizes 4K --worlds 2 --iters 2 --budget 0.1 --settle 0 --net "$nets" --out "$DT_TEST_TMP/ar" \
   >"$DT_TEST_TMP/ar.txt" 2>"$DT_TEST_TMP/ar.err" || { cat "$DT_TEST_TMP/ar.err" >&2; dt_fail "allreduce-vs-peers.sh failed"; }
 echo "allreduce-vs-peers.sh --net $nets: $(($(dt__now_ms) - t0)) ms"
 cat "$DT_TEST_TMP/ar.txt"
@@ -44,7 +44,7 @@ if [[ $nets == both ]]; then
   [[ $(grep -cE "$row" "$DT_TEST_TMP/ar.txt") -eq 2 ]] || dt_fail "the netns table has no 4KB row with gloo and MPI figures"
 fi
 # --out keeps the raw results; --json prints them (MPI alone here: it starts fastest).
-"$B/allreduce-vs-peers.sh" --sizes 4K,8K --worlds 2 --iters 2 --budget 0.1 --net loopback --only mpi --json \
+"$B/allreduce-vs-peers.sh" --sizes 4K,8K --worlds 2 --iters 2 --budget 0.1 --settle 0 --net loopback --only mpi --json \
   >"$DT_TEST_TMP/ar.json" 2>"$DT_TEST_TMP/ar-json.err" || dt_fail "allreduce-vs-peers.sh --json failed"
 "$PY" - "$DT_TEST_TMP/ar.json" "$DT_TEST_TMP/ar/results.jsonl" <<'EOF' || dt_fail "allreduce-vs-peers.sh: wrong raw results"
 import json, sys
@@ -61,7 +61,7 @@ for rows, sizes in [(runs["mpi"]["rows"], [4096, 8192])] + [
 EOF
 
 # --- training: DDP figures for R=1 and 2; efficiency and ratio columns ---
-"$B/train-vs-ddp.sh" --workers 1,2 --steps 2 --rounds 1 --net loopback >"$DT_TEST_TMP/tr.txt" 2>"$DT_TEST_TMP/tr.err" ||
+"$B/train-vs-ddp.sh" --workers 1,2 --steps 2 --rounds 1 --settle 0 --net loopback >"$DT_TEST_TMP/tr.txt" 2>"$DT_TEST_TMP/tr.err" ||
   { cat "$DT_TEST_TMP/tr.err" >&2; dt_fail "train-vs-ddp.sh failed"; }
 cat "$DT_TEST_TMP/tr.txt"
 dt_assert_contains "$DT_TEST_TMP/tr.txt" "^R +dtrain s/s +DDP s/s +dtrain eff +DDP eff +dtrain/DDP$" "training table header"
