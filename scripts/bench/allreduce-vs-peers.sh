@@ -184,8 +184,16 @@ import json, sys
 net, r, impl, rnd, idle, f = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
 rec = {"net": net, "world_size": r, "impl": impl, "round": rnd, "idle_pct": int(idle) if idle.isdigit() else None}
 try:
-    d = json.loads(open(f).read().strip().splitlines()[-1]) if f != "-" else None
+    d = None
+    if f != "-":  # one JSON document, pretty or not, possibly after other lines
+        text = open(f).read().strip()
+        try:
+            d = json.loads(text)
+        except ValueError:
+            d = json.loads(text.splitlines()[-1])
     rec["rows"] = [{k: row[k] for k in ("bytes", "time_s", "algbw_GBps", "busbw_GBps")} for row in d["rows"]]
+    if d.get("stream_GBps") is not None:  # dtrain: what one raw gRPC stream carries here
+        rec["stream_GBps"] = float(d["stream_GBps"])
 except Exception as e:
     rec["error"] = "no result" if f == "-" else "unreadable result: %s" % e
 print(json.dumps(rec))
@@ -270,11 +278,20 @@ for net, R in keys:
         if net == "netns" and link_gbps:
             line += " %14s" % (cell(v["dtrain"] * 8 / link_gbps * 100, "%.0f%%") if v["dtrain"] else "n/a")
         print(line)
+    streams = [r["stream_GBps"] for r in runs if (r["net"], r["world_size"], r["impl"]) == (net, R, "dtrain")
+               and r.get("stream_GBps")]
+    big = max(rows) if rows else None
+    if streams and big and by[(net, R, "dtrain")].get(big):
+        st = max(streams)
+        # Each rank sends busbw's worth through one stream to its ring neighbour.
+        print("one raw gRPC stream: %.3f GB/s; dtrain busbw at %s is %.0f%% of it" % (
+            st, fmt_size(big), 100 * by[(net, R, "dtrain")][big]["busbw_GBps"] / st))
     small = min(rows) if rows else None
     if small is not None:
         t = {i: by[(net, R, i)].get(small, {}).get("time_s") for i in ("dtrain", "gloo", "mpi")}
         us = lambda x: cell(x * 1e6 if x else None, "%.0f")
-        print("latency %s: dtrain %s us, gloo %s us, MPI %s us; dtrain/gloo time %s, dtrain/MPI time %s"
+        print("latency %s: dtrain %s us, gloo %s us, MPI %s us; time ratio (lower is better) "
+              "dtrain/gloo %s, dtrain/MPI %s"
               % (fmt_size(small), us(t["dtrain"]), us(t["gloo"]), us(t["mpi"]),
                  ratio(t["dtrain"], t["gloo"]), ratio(t["dtrain"], t["mpi"])))
 idle = sorted(r["idle_pct"] for r in runs if r.get("idle_pct") is not None)

@@ -148,7 +148,13 @@ import json, sys
 net, r, impl, rnd, idle, f = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
 rec = {"net": net, "workers": r, "impl": impl, "round": rnd, "idle_pct": int(idle) if idle.isdigit() else None}
 try:
-    d = json.loads(open(f).read().strip().splitlines()[-1]) if f != "-" else None
+    d = None
+    if f != "-":  # one JSON document, pretty or not, possibly after other lines
+        text = open(f).read().strip()
+        try:
+            d = json.loads(text)
+        except ValueError:
+            d = json.loads(text.splitlines()[-1])
     rec.update(samples_per_s=float(d["samples_per_s"]), step_s=float(d["step_s"]))
 except Exception as e:
     rec["error"] = "no result" if f == "-" else "unreadable result: %s" % e

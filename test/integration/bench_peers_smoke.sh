@@ -35,7 +35,7 @@ cat "$DT_TEST_TMP/ar.txt"
 dt_assert_contains "$DT_TEST_TMP/ar.txt" "^## loopback \(127.0.0.1\), R=2$" "loopback table"
 # size, dtrain (a figure or n/a), gloo and MPI figures, two ratios
 dt_assert_contains "$DT_TEST_TMP/ar.txt" '^4KB +(n/a|[0-9.]+) +[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+ +(n/a|[0-9.]+x) +(n/a|[0-9.]+x)$' "4KB row"
-dt_assert_contains "$DT_TEST_TMP/ar.txt" "^latency 4KB: dtrain .* us, gloo [0-9]+ us, MPI [0-9]+ us" "latency line"
+dt_assert_contains "$DT_TEST_TMP/ar.txt" "^latency 4KB: dtrain .* us, gloo [0-9]+ us, MPI [0-9]+ us; time ratio \(lower is better\) dtrain/gloo (n/a|[0-9.]+x), dtrain/MPI" "latency line"
 
 # --- all-reduce on two shaped netns hosts, as JSON: MPI only (mpirun reaches host 1 through
 # netns-rsh.sh; gloo's torch import would double the time) ---
