@@ -205,7 +205,7 @@ for net in "${NETS[@]}"; do
   for r in "${WORLD_LIST[@]}"; do
     if [[ $net == netns ]]; then
       pb_netns_up "$r" "$RATE"
-      link=$(pb_link_check)
+      link=$(pb_link_check "$r")
       echo "{\"net\": \"netns\", \"world_size\": $r, \"impl\": \"link\", \"gbps\": ${link/n\/a/null}}" >>"$RESULTS"
     fi
     note "$net, R=$r: sizes $SIZES, $ROUNDS round(s)"

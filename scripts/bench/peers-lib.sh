@@ -87,10 +87,10 @@ pb_netns_up() {
   NETNS_OWNED=1
 }
 
-# pb_link_check: TCP payload rate of one 32 MB transfer host 1 -> host 0 of the test bed, in
+# pb_link_check TAG: TCP payload rate of one 32 MB transfer host 1 -> host 0 of the test bed, in
 # Gbit/s ("n/a" when it fails), so a table can say what the shaped link really carries.
 pb_link_check() {
-  local f=$WORK/link-check.out pid
+  local f=$WORK/link-check-$1.out pid
   "$NETNS" exec 0 timeout 20 "$PY" -c '
 import socket, sys, time
 s = socket.socket()
@@ -111,11 +111,18 @@ print("%.3f" % (got * 8 / (time.perf_counter() - t0) / 1e9))
 ' "$(pb_addr netns 0)" >"$f" 2>/dev/null &
   pid=$!
   PIDS+=("$pid")
-  local deadline=$((SECONDS + 10))
+  local deadline=$((SECONDS + 20))
   until grep -q listening "$f" 2>/dev/null || ((SECONDS >= deadline)); do sleep 0.05; done
   "$NETNS" exec 1 timeout 20 "$PY" -c '
-import socket, sys
-c = socket.create_connection((sys.argv[1], 5299), timeout=10)
+import socket, sys, time
+for attempt in range(50):
+    try:
+        c = socket.create_connection((sys.argv[1], 5299), timeout=10)
+        break
+    except OSError:
+        time.sleep(0.2)
+else:
+    sys.exit("no listener")
 buf = bytes(1 << 20)
 for _ in range(32):
     c.sendall(buf)
@@ -235,10 +242,11 @@ pb_mpi_args() {
       --mca oob_tcp_if_include lo --mca mpi_yield_when_idle 1)
     return 0
   fi
+  export DT_OMPI_TMP=$WORK/ompi-tmp  # netns-rsh.sh: one session directory base per host
   : >"$dir/hostfile"
   for ((i = 0; i < r; i++)); do echo "$(pb_addr netns "$i") slots=1" >>"$dir/hostfile"; done
   PB_MPI_ARGS=(-np "$r" --hostfile "$dir/hostfile" --map-by node
-    --mca plm_rsh_agent "$ROOT/scripts/bench/netns-rsh.sh" -x DT_NETNS_PREFIX
+    --mca plm_rsh_agent "$ROOT/scripts/bench/netns-rsh.sh" -x DT_NETNS_PREFIX -x DT_OMPI_TMP
     --mca btl "tcp,self" --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0
     --mca mpi_yield_when_idle 1)
   if [[ -n ${DT_NETNS_SUBNET:-} ]]; then PB_MPI_ARGS+=(-x DT_NETNS_SUBNET); fi
