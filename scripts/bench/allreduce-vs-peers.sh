@@ -153,7 +153,7 @@ run_gloo() {
     pids+=($!)
     PIDS+=($!)
   done
-  for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
+  pb_wait_group "${pids[@]}" || rc=1
   if ((rc)); then
     note "gloo ($net, R=$r) failed: $(cat "$dir"/rank*.err | grep -v '^$' | head -n 3 | tr '\n' ' ')"
     return 1

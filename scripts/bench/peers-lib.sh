@@ -43,6 +43,29 @@ pb_stop_pids() {
   wait "$@" 2>/dev/null || true
 }
 
+# pb_wait_group PID...: wait for all; at the first that fails, stop the others (a rank that died
+# leaves its peers waiting for it until their own timeouts). 1 when any failed.
+pb_wait_group() {
+  local left=("$@") p rest rc=0
+  while ((${#left[@]})); do
+    rest=()
+    for p in "${left[@]}"; do
+      if kill -0 "$p" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$p/stat" 2>/dev/null) != Z ]]; then
+        rest+=("$p")
+      else
+        wait "$p" || rc=1 # bash keeps the status of a background child it has reaped
+      fi
+    done
+    left=("${rest[@]}")
+    if ((rc)); then
+      pb_stop_pids "${left[@]}"
+      break
+    fi
+    ((${#left[@]} == 0)) || sleep 0.1
+  done
+  return $rc
+}
+
 # pb_cleanup: stop everything started so far and remove our namespaces (between runs and on exit).
 pb_cleanup() {
   local d

@@ -132,7 +132,7 @@ run_ddp() {
     pids+=($!)
     PIDS+=($!)
   done
-  for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
+  pb_wait_group "${pids[@]}" || rc=1
   if ((rc)); then
     note "DDP ($net, R=$r) failed: $(cat "$dir"/rank*.err | grep -v '^$' | tail -n 3 | tr '\n' ' ')"
     return 1
