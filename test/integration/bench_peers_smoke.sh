@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 120
+# timeout: 180
 # The peer benchmarks at their smallest: allreduce-vs-peers.sh (R=2, 4 KB, 2 iterations) on
 # loopback and, as root, MPI on two shaped netns hosts (mpirun reaching host 1 through
 # netns-rsh.sh), and train-vs-ddp.sh (R=1 and 2, 2 steps) on loopback. The tables print with figures from gloo, MPI and
