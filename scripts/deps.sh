@@ -11,6 +11,7 @@ PKGS=(
   dataset-fashion-mnist                               # the real data set of tests and the demo
   iproute2 systemd                                    # netns test bed, systemd-analyze verify
   python3-torch                                       # PyTorch reference of the nn parity tests and bench
+  openmpi-bin libopenmpi-dev                          # MPI_Allreduce peer of scripts/bench/allreduce-vs-peers.sh
 )
 
 missing=()
