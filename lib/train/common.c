@@ -191,6 +191,12 @@ dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err 
     dt_data_spec ds = {0};
     dt_dataset *tr = NULL, *va = NULL;
     dt_status st;
+    /* NCCL needs the CUDA build and GPUs; neither exists yet, so refuse rather than fall back
+     * to the ring behind the user's back. */
+    if (spec->communication == DT_JOBSPEC_COMM_NCCL)
+        return dt_err_set(err, DT_ENOTSUP,
+                          "$.strategy.communication: \"NCCL\" needs a CUDA build with GPUs, "
+                          "which this dtrain is not; use \"AUTO\" or \"RING\"");
     DT_TRY(dt__train_build(spec, NULL, 0, &m, &loss, &cfg, err));
     DT_TRY_GOTO(dt_optim_new(&cfg, m, &opt, err), st, fail);
     if (spec->initial_weights &&

@@ -77,6 +77,9 @@ DT_TEST(train_validate)
     expect_invalid(replace(t, "train-images", "evil-images"), DT_EPERM, "outside the data root");
     /* a model the nn module refuses */
     expect_invalid(replace(t, "\"Flatten\"", "\"Flutten\""), DT_ENOTSUP, "$.model");
+    /* NCCL without a CUDA build is refused, not quietly run on the ring */
+    expect_invalid(tt_spec(1, 32, "\"adam\"", ", \"strategy\": {\"communication\": \"NCCL\"}"),
+                   DT_ENOTSUP, "$.strategy.communication");
 }
 
 /* Trains the tiny model one epoch in one process; returns the final weights path. */
