@@ -17,17 +17,6 @@
 
 /* ---------------------------------------------------------------------------- paths -- */
 
-static char *join_path(const char *root, const char *path)
-{
-    if (!root || !root[0] || path[0] == '/')
-        return strdup(path);
-    size_t n = strlen(root) + strlen(path) + 2;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s/%s", root, path);
-    return s;
-}
-
 /* Whether real (a resolved path) is realroot or lies below it. */
 static bool inside(const char *realroot, const char *real)
 {
@@ -70,7 +59,7 @@ dt_status dt_jobspec_resolve_read(const char *root, const char *path, const char
     *out = NULL;
     if (!path[0])
         return dt_err_set(err, DT_EINVAL, "%s: empty path", json_path);
-    char *full = join_path(root, path);
+    char *full = dt_path_join(root, path);
     if (!full)
         return dt_err_set(err, DT_ENOMEM, "%s: out of memory", json_path);
     dt_status st = dt_jobspec_check_read(root, full, json_path, err);
@@ -99,7 +88,7 @@ dt_status dt_jobspec_resolve_write(const char *root, const char *path, const cha
             return dt_err_set(err, DT_EPERM,
                               "%s: \"%s\" contains \"..\"; give a path inside the state dir%s%s",
                               json_path, path, root ? " " : "", root ? root : "");
-    char *full = join_path(root, path);
+    char *full = dt_path_join(root, path);
     if (!full)
         return dt_err_set(err, DT_ENOMEM, "%s: out of memory", json_path);
     if (!root) {

@@ -183,3 +183,14 @@ out:
     free(dir);
     return st;
 }
+
+char *dt_path_join(const char *base, const char *path)
+{
+    if (!base || !base[0] || path[0] == '/')
+        return strdup(path);
+    size_t n = strlen(base) + strlen(path) + 2;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s/%s", base, path);
+    return s;
+}

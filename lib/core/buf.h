@@ -39,4 +39,8 @@ dt_status dt_file_read_all(const char *path, size_t max, char **out, size_t *len
  * directory. A crash leaves either the old file or the new one. */
 dt_status dt_file_write_atomic(const char *path, const void *data, size_t len, dt_err *err);
 
+/* "base/path", or a copy of path when it is absolute or base is NULL or empty; NULL when out of
+ * memory. The caller frees. Joins only: confinement is the caller's business. */
+char *dt_path_join(const char *base, const char *path);
+
 #endif

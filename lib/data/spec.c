@@ -11,17 +11,6 @@
 #include <strings.h>
 
 /* Joins base_dir and a relative path (absolute paths and a NULL base stay as they are). */
-static char *resolve_path(const char *base, const char *path)
-{
-    if (!base || !base[0] || path[0] == '/')
-        return strdup(path);
-    size_t n = strlen(base) + strlen(path) + 2;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s/%s", base, path);
-    return s;
-}
-
 static bool has_glob(const char *s)
 {
     return strpbrk(s, "*?[") != NULL;
@@ -118,7 +107,7 @@ static dt_status parse_files(const cJSON *obj, const char *path, const char *bas
             snprintf(ipath, sizeof ipath, "%s.files", path);
         if (!cJSON_IsString(it) || !it->valuestring[0])
             return dt_err_set(err, DT_EINVAL, "%s: expected a non-empty string", ipath);
-        char *full = resolve_path(base, it->valuestring);
+        char *full = dt_path_join(base, it->valuestring);
         if (!full)
             return dt_err_set(err, DT_ENOMEM, "%s: out of memory", ipath);
         if (!has_glob(full)) {
@@ -158,8 +147,8 @@ static dt_status parse_idx(const cJSON *obj, const char *path, const char *base,
         return dt_err_set(err, DT_EINVAL, "%s.images: expected the path of an IDX file", path);
     if (lb && (!cJSON_IsString(lb) || !lb->valuestring[0]))
         return dt_err_set(err, DT_EINVAL, "%s.labels: expected the path of an IDX file", path);
-    src->images = resolve_path(base, im->valuestring);
-    src->labels = lb ? resolve_path(base, lb->valuestring) : NULL;
+    src->images = dt_path_join(base, im->valuestring);
+    src->labels = lb ? dt_path_join(base, lb->valuestring) : NULL;
     if (!src->images || (lb && !src->labels))
         return dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
     DT_TRY(get_number(obj, "scale", path, false, &src->scale, err));
