@@ -14,7 +14,8 @@
 # Environment: DT_BIN_DIR (default ./bin) holds dtraind and dtrain.
 #
 # Worker I runs as: TF_CONFIG=<DIR/worker-I.tf_config.json> dtraind --state-dir DIR/worker-I
-#   --token-file F --ready-file DIR/worker-I.ready [DTRAIND_FLAGS...], in its own session (setsid),
+#   --token-file F --ready-file DIR/worker-I.ready [--threads T] [DTRAIND_FLAGS...], in its own
+#   session (setsid), where T = max(1, (CPUs - 1) / N) unless DTRAIND_FLAGS has --threads,
 #   so it outlives this script and the terminal; `stop` ends it.
 set -euo pipefail
 
@@ -114,6 +115,15 @@ cmd_start() {
   for ((i = 0; i < n; i++)); do addrs+=("\"127.0.0.1:$((base + i))\""); done
   cluster="{\"worker\":[$(IFS=,; echo "${addrs[*]}")]}"
 
+  # N daemons share this host's CPUs: give each its share of compute threads, unless the
+  # caller chose (dtraind's own default, the CPUs less one, is meant for one daemon per host).
+  local threads=()
+  if [[ " ${extra[*]:-} " != *" --threads"* ]]; then
+    local cpus
+    cpus=$(nproc)
+    threads=(--threads $(((cpus - 1) / n > 0 ? (cpus - 1) / n : 1)))
+  fi
+
   # Stop the ones already started if a later one cannot start.
   trap 'rc=$?; if ((rc)); then echo "local-cluster: start failed; stopping the daemons" >&2; cmd_stop --dir "$DIR" >/dev/null 2>&1 || true; fi' EXIT
   for ((i = 0; i < n; i++)); do
@@ -121,7 +131,7 @@ cmd_start() {
     echo "$tf" >"$DIR/worker-$i.tf_config.json"
     mkdir -p "$DIR/worker-$i"
     TF_CONFIG=$tf setsid "$BIN_DIR/dtraind" --state-dir "$DIR/worker-$i" --token-file "$token" \
-      --ready-file "$DIR/worker-$i.ready" "${extra[@]}" >"$DIR/worker-$i.log" 2>&1 </dev/null &
+      --ready-file "$DIR/worker-$i.ready" "${threads[@]}" "${extra[@]}" >"$DIR/worker-$i.log" 2>&1 </dev/null &
     echo $! >"$DIR/worker-$i.pid"
   done
 
