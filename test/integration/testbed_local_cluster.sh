@@ -65,7 +65,7 @@ for i in 0 1 2; do
   tf=$(sed -n 's/^TF_CONFIG //p' "$log")
   dt_assert_eq "$(dt_json_get cluster <<<"$tf")" "$want_cluster" "worker $i TF_CONFIG cluster"
   dt_assert_eq "$(dt_json_get task <<<"$tf")" "{\"type\":\"worker\",\"index\":$i}" "worker $i TF_CONFIG task"
-  dt_assert_contains "$log" "^ARGS --state-dir $D/worker-$i --token-file $D/token --ready-file $D/worker-$i.ready --log-level debug --rendezvous-timeout 30$" "worker $i flags"
+  dt_assert_contains "$log" "^ARGS --state-dir $D/worker-$i --token-file $D/token --ready-file $D/worker-$i.ready --threads [0-9]+ --log-level debug --rendezvous-timeout 30$" "worker $i flags"
   dt_assert_eq "$(cat "$D/worker-$i.tf_config.json")" "$tf" "worker $i TF_CONFIG file"
   (exec 3<>"/dev/tcp/127.0.0.1/$((base + i))") 2>/dev/null || dt_fail "worker $i does not listen on $((base + i))"
 done
