@@ -1,13 +1,15 @@
-/* dtrain bench - benchmarks that need no cluster.
+/* dtrain bench - benchmarks.
  *   dtrain bench train --model M.json --batch B [--threads T] [--steps N] [--warmup W] [--json]
  * times training steps (forward, sparse cross-entropy, backward, SGD update) of one process on
- * random data and prints samples/s, the step time and how much of it the GEMMs take.
+ * random data and prints samples/s, the step time and how much of it the GEMMs take; with
+ * --workers R or --addr it trains on a formed cluster instead (cli_bench_train.c).
  *   dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]
  *                          [--wire f32|bf16|f16] [--streams K] [--verify] [--no-stream] [--json]
  * asks a daemon (the chief by default) to run ring all-reduces of each size on every rank of the
  * formed cluster and prints time, algbw and busbw (nccl-tests' convention), and what one raw gRPC
  * stream between two daemons carries. */
 #include "cli.h"
+#include "cli_bench.h"
 
 #include "comm.pb-c.h"
 #include "nn/model.h"
@@ -47,13 +49,27 @@ static void usage(FILE *f)
     fprintf(
         f, "usage: dtrain bench train --model M.json --batch B [--threads T] [--steps N]\n"
            "                         [--warmup W] [--json]\n"
+           "       dtrain [--addr CHIEF] bench train --workers R --model M.json --batch B\n"
+           "                         [--steps N] [--warmup W] [--data SPEC] [--optimizer OPT]\n"
+           "                         [--token-file FILE] [--timeout SEC] [--json]\n"
            "       dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]\n"
            "                              [--wire f32|bf16|f16] [--streams K] [--verify]\n"
            "                              [--no-stream] [--timeout SEC] [--json]\n\n"
            "train: one process, random data, sparse categorical cross-entropy and SGD;\n"
            "  --threads sets OpenBLAS's threads (default: the machine's setting).\n"
            "  --json prints {\"world_size\", \"batch\", \"samples_per_s\", \"step_s\", "
-           "\"gemm_s\",\n  \"gemm_fraction\", \"blas\"}.\n");
+           "\"gemm_s\",\n  \"gemm_fraction\", \"blas\"}.\n"
+           "train --workers R (or --addr, or $DTRAIN_ADDR set): on the formed cluster at the\n"
+           "  chief (--addr, $DTRAIN_ADDR, TF_CONFIG's chief), which must have R tasks (else\n"
+           "  exit 2), through the job service: one epoch of W + N steps (W default 10) of\n"
+           "  global batch B on Fashion-MNIST's training images (or --data SPEC, a split as in\n"
+           "  a job's $.data.train, inline or a file), no shuffle, DATA sharding, SGD (or\n"
+           "  --optimizer adam|{\"class_name\": ...}), no validation or checkpoints. The steps\n"
+           "  after the warm-up are timed from the job's step events (not its preparation).\n"
+           "  --timeout SEC bounds the run (default 1800; the job is then cancelled). Exit 1\n"
+           "  when the job fails. --json prints {\"world_size\", \"batch\", \"samples_per_s\",\n"
+           "  \"step_s\", \"timed_steps\", \"first_timed_step\", \"job_steps\", \"job\",\n"
+           "  \"optimizer\"}.\n");
 }
 
 static int bench_train(int argc, char **argv)
@@ -62,10 +78,15 @@ static int bench_train(int argc, char **argv)
         {"model", required_argument, NULL, 'm'},   {"batch", required_argument, NULL, 'b'},
         {"threads", required_argument, NULL, 't'}, {"steps", required_argument, NULL, 's'},
         {"warmup", required_argument, NULL, 'w'},  {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},          {0, 0, 0, 0}};
+        {"help", no_argument, NULL, 'h'},          {"workers", required_argument, NULL, 'R'},
+        {"addr", required_argument, NULL, 'a'},    {"token-file", required_argument, NULL, 'T'},
+        {"data", required_argument, NULL, 'd'},    {"optimizer", required_argument, NULL, 'o'},
+        {"timeout", required_argument, NULL, 'O'}, {0, 0, 0, 0}};
     const char *model = NULL;
-    int batch = 64, threads = 0, steps = 50, warmup = 5, c;
+    int batch = 64, threads = 0, steps = 50, warmup = -1, c;
     bool json = false;
+    dt_bench_train_opts co = {.timeout_s = 1800};
+    char *end;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -87,6 +108,33 @@ static int bench_train(int argc, char **argv)
         case 'j':
             json = true;
             break;
+        case 'R':
+            co.workers = (int)strtol(optarg, &end, 10);
+            if (*end || co.workers < 1 || co.workers > 4096) {
+                fprintf(stderr, "dtrain bench train: --workers %s: give 1..4096\n", optarg);
+                return 2;
+            }
+            break;
+        case 'a':
+            co.addr = optarg;
+            break;
+        case 'T':
+            co.token_file = optarg;
+            break;
+        case 'd':
+            co.data = optarg;
+            break;
+        case 'o':
+            co.optimizer = optarg;
+            break;
+        case 'O':
+            co.timeout_s = strtod(optarg, &end);
+            if (*end || co.timeout_s <= 0 || co.timeout_s > 86400) {
+                fprintf(stderr, "dtrain bench train: --timeout %s: give 0 < SEC <= 86400\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -95,11 +143,27 @@ static int bench_train(int argc, char **argv)
             return 2;
         }
     }
-    if (!model || batch < 1 || batch > 1 << 16 || steps < 1 || warmup < 0 || threads < 0 ||
-        optind != argc) {
+    if (!model || batch < 1 || batch > 1 << 16 || steps < 1 || steps > 1000000 || warmup < -1 ||
+        warmup > 1000000 || threads < 0 || optind != argc) {
         usage(stderr);
         return 2;
     }
+    const char *env_addr = getenv("DTRAIN_ADDR");
+    if (co.workers || co.addr || (env_addr && *env_addr)) {
+        co.model = model;
+        co.batch = batch;
+        co.steps = steps;
+        co.warmup = warmup < 0 ? 10 : warmup;
+        co.json = json;
+        return dt_cli_bench_train_cluster(&co);
+    }
+    if (co.data || co.optimizer) {
+        fprintf(stderr,
+                "dtrain bench train: --data and --optimizer need a cluster (--workers R)\n");
+        return 2;
+    }
+    if (warmup < 0)
+        warmup = 5;
     dt_nn_blas_threads(threads);
     real_ops = dt_nn_ops_cpu();
     dt_nn_ops timed = *real_ops;

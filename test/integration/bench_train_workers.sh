@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# timeout: 90
+# `dtrain bench train --workers R` on a formed two-task cluster: it trains through the job
+# service and reports world_size 2 and a positive samples/s; --workers 3 on two tasks exits 2
+# before submitting anything; a spec the chief refuses exits non-zero.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib_jobs.sh"
+
+jobs_data
+jobs_spec "$DT_TEST_TMP/tiny.json" 1 32
+/usr/bin/python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1]))["model"], open(sys.argv[2], "w"))' \
+  "$DT_TEST_TMP/tiny.json" "$DT_TEST_TMP/model.json"
+jobs_daemons 2 bench
+
+# --data takes the tiny spec's $.data.train (512 examples: 10 warm-up + 5 steps of 32 fit).
+jc bench train --workers 2 --model "$DT_TEST_TMP/model.json" --data "$DT_TEST_TMP/tiny.json" \
+  --batch 32 --steps 5 --json >"$DT_TEST_TMP/bench.json" 2>"$DT_TEST_TMP/bench.err" ||
+  dt_fail "bench train --workers 2 failed: $(cat "$DT_TEST_TMP/bench.err")"
+cat "$DT_TEST_TMP/bench.json"
+dt_assert_eq "$(dt_json_get world_size "$DT_TEST_TMP/bench.json")" 2 "world_size"
+dt_assert_eq "$(dt_json_get batch "$DT_TEST_TMP/bench.json")" 32 "batch"
+sps=$(dt_json_get samples_per_s "$DT_TEST_TMP/bench.json")
+awk -v s="$sps" 'BEGIN { exit !(s > 0) }' || dt_fail "samples_per_s is '$sps', not > 0"
+# Step events come at most ten a second: a run this short may end before one falls past the
+# warm-up; then the warm-up is timed too, which the command must say.
+first=$(dt_json_get first_timed_step "$DT_TEST_TMP/bench.json")
+steps=$(dt_json_get timed_steps "$DT_TEST_TMP/bench.json")
+dt_assert_eq "$((first + steps - 1))" 15 "the last timed step"
+if ((first <= 10)); then
+  dt_assert_contains "$(cat "$DT_TEST_TMP/bench.err")" "too short to leave the warm-up out" \
+    "the warning that the warm-up was timed"
+fi
+dt_assert_eq "$(jc status "$(dt_json_get job "$DT_TEST_TMP/bench.json")" --json | dt_json_get state)" \
+  succeeded "the benchmark's job"
+
+# The wrong world size: exit 2 with a message naming both counts, and no job submitted.
+rc=0
+jc bench train --workers 3 --model "$DT_TEST_TMP/model.json" --data "$DT_TEST_TMP/tiny.json" \
+  --steps 5 --json >/dev/null 2>"$DT_TEST_TMP/three.err" || rc=$?
+dt_assert_eq "$rc" 2 "exit status of --workers 3 on 2 tasks"
+dt_assert_contains "$(cat "$DT_TEST_TMP/three.err")" "--workers 3, but .* has 2 tasks" "the message"
+dt_assert_eq "$(jc jobs --json | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))')" \
+  1 "jobs after the refused run"
+
+# A job the chief refuses (its data is not there) is not a result.
+rc=0
+jc bench train --workers 2 --model "$DT_TEST_TMP/model.json" --steps 5 --json \
+  --data '{"format": "idx", "images": "none-images", "labels": "none-labels"}' \
+  >"$DT_TEST_TMP/bad.json" 2>"$DT_TEST_TMP/bad.err" || rc=$?
+((rc != 0)) || dt_fail "a refused job exited 0: $(cat "$DT_TEST_TMP/bad.json")"
+[[ ! -s $DT_TEST_TMP/bad.json ]] || dt_fail "a refused job printed a result"
+echo "ok: bench train --workers"
