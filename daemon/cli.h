@@ -30,4 +30,8 @@ int dt_cli_predict(int argc, char **argv);
  * 127.0.0.1:7000. Writes into buf and returns it. */
 const char *dt_cli_daemon_addr(const char *flag_addr, char *buf, size_t n);
 
+/* A whole decimal integer, or INT_MIN for anything else ("", "12x", "abc", out of int range), so
+ * that a verb's range check refuses garbage instead of reading it as 0 the way atoi does. */
+int dt_cli_int(const char *s);
+
 #endif

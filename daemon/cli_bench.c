@@ -94,16 +94,16 @@ static int bench_train(int argc, char **argv)
             model = optarg;
             break;
         case 'b':
-            batch = atoi(optarg);
+            batch = dt_cli_int(optarg);
             break;
         case 't':
-            threads = atoi(optarg);
+            threads = dt_cli_int(optarg);
             break;
         case 's':
-            steps = atoi(optarg);
+            steps = dt_cli_int(optarg);
             break;
         case 'w':
-            warmup = atoi(optarg);
+            warmup = dt_cli_int(optarg);
             break;
         case 'j':
             json = true;
@@ -293,16 +293,16 @@ static int bench_allreduce(int argc, char **argv)
             }
             break;
         case 'i':
-            iters = atoi(optarg);
+            iters = dt_cli_int(optarg);
             break;
         case 'w':
-            warmup = atoi(optarg);
+            warmup = dt_cli_int(optarg);
             break;
         case 'W':
             wire = optarg;
             break;
         case 'k':
-            streams = atoi(optarg);
+            streams = dt_cli_int(optarg);
             break;
         case 'v':
             verify = 1;

@@ -80,13 +80,13 @@ static int inspect(int argc, char **argv)
             label = optarg;
             break;
         case 'r':
-            replicas = atoi(optarg);
+            replicas = dt_cli_int(optarg);
             break;
         case 'p':
             policy_s = optarg;
             break;
         case 'b':
-            batch = atoi(optarg);
+            batch = dt_cli_int(optarg);
             break;
         case 'h':
             usage(stdout);
@@ -256,25 +256,25 @@ static int bench(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'b':
-            batch = atoi(optarg);
+            batch = dt_cli_int(optarg);
             break;
         case 'e':
-            epochs = atoi(optarg);
+            epochs = dt_cli_int(optarg);
             break;
         case 'p':
-            prefetch = atoi(optarg);
+            prefetch = dt_cli_int(optarg);
             break;
         case 'r':
-            replicas = atoi(optarg);
+            replicas = dt_cli_int(optarg);
             break;
         case 'k':
-            rank = atoi(optarg);
+            rank = dt_cli_int(optarg);
             break;
         case 's':
             shuffle = true;
             break;
         case 'w':
-            work_us = atoi(optarg);
+            work_us = dt_cli_int(optarg);
             break;
         case 'j':
             json = true;

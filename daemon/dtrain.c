@@ -4,6 +4,8 @@
 #include "config/tfconfig.h"
 #include "core/log.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,16 @@ static void usage(FILE *f)
         fprintf(f, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
     fprintf(f, "\n'dtrain VERB --help' describes one verb. Exit status: 0 success, 1 failure,\n"
                "2 bad usage or input.\n");
+}
+
+int dt_cli_int(const char *s)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < INT_MIN + 1 || v > INT_MAX)
+        return INT_MIN;
+    return (int)v;
 }
 
 const char *dt_cli_daemon_addr(const char *flag_addr, char *buf, size_t n)

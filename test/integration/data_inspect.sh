@@ -44,4 +44,10 @@ set +e
 "$DTRAIN" data inspect 2>/dev/null; rc=$?
 set -e
 [[ $rc == 2 ]]
+# a count that is not a whole number is refused, not read as 0 or 2
+set +e
+"$DTRAIN" data inspect "$F/t10k-labels-idx1-ubyte.gz" --replicas 2x --policy DATA 2>"$T/err"; rc=$?
+set -e
+[[ $rc == 2 ]] || { echo "--replicas 2x: exit $rc" >&2; exit 1; }
+grep -q -- "--replicas must be" "$T/err"
 echo "ok"
