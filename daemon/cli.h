@@ -9,6 +9,8 @@
 #ifndef DT_DAEMON_CLI_H
 #define DT_DAEMON_CLI_H
 
+#include "rpc/rpc.h"
+
 #include <stddef.h>
 
 typedef int (*dt_cli_verb_fn)(int argc, char **argv);
@@ -29,6 +31,22 @@ int dt_cli_predict(int argc, char **argv);
 /* The daemon to talk to: --addr, else DTRAIN_ADDR, else the chief in TF_CONFIG, else
  * 127.0.0.1:7000. Writes into buf and returns it. */
 const char *dt_cli_daemon_addr(const char *flag_addr, char *buf, size_t n);
+
+/* A connection to the daemon named by --addr / DTRAIN_ADDR / TF_CONFIG, for every verb that
+ * talks to one. */
+typedef struct dt_cli_conn {
+    const char *verb; /* "submit", for messages */
+    char addr[256];
+    char *token;
+    dt_rpc_channel *ch;
+    double timeout_s;
+} dt_cli_conn;
+
+/* Opens the channel (token_file NULL: $DTRAIN_TOKEN_FILE); returns an exit code (0 on success)
+ * after printing why not: 2 for an unreadable token, 1 for a channel that cannot be made. */
+int dt_cli_conn_open(dt_cli_conn *c, const char *verb, const char *addr_flag,
+                     const char *token_file);
+void dt_cli_conn_close(dt_cli_conn *c);
 
 /* A whole decimal integer, or INT_MIN for anything else ("", "12x", "abc", out of int range), so
  * that a verb's range check refuses garbage instead of reading it as 0 the way atoi does. */

@@ -344,20 +344,13 @@ static int bench_allreduce(int argc, char **argv)
                         "0..16, --wire f32|bf16|f16\n");
         return 2;
     }
-    char addr[256];
-    dt_cli_daemon_addr(addr_flag, addr, sizeof addr);
+    dt_cli_conn conn = {0};
+    int orc = dt_cli_conn_open(&conn, "bench allreduce", addr_flag, token_file);
+    if (orc) {
+        dt_cli_conn_close(&conn);
+        return orc;
+    }
     dt_err err = {0};
-    char *token = NULL;
-    if (token_file && *token_file && dt_rpc_token_load(token_file, &token, &err) != DT_OK) {
-        fprintf(stderr, "dtrain bench allreduce: %s\n", err.msg);
-        return 2;
-    }
-    dt_rpc_channel *ch = NULL;
-    if (dt_rpc_channel_new(addr, token, &ch, &err) != DT_OK) {
-        fprintf(stderr, "dtrain bench allreduce: %s\n", err.msg);
-        free(token);
-        return 1;
-    }
     Dtrain__V1__CommBenchRequest req = DTRAIN__V1__COMM_BENCH_REQUEST__INIT;
     req.sizes = sizes;
     req.n_sizes = nsizes;
@@ -369,11 +362,10 @@ static int bench_allreduce(int argc, char **argv)
     req.raw_stream = raw;
     req.chunk_bytes = (uint32_t)chunk;
     Dtrain__V1__CommBenchReply *rep = NULL;
-    dt_status st = dt_rpc_unary(ch, "/dtrain.v1.Comm/Bench", &req.base,
+    dt_status st = dt_rpc_unary(conn.ch, "/dtrain.v1.Comm/Bench", &req.base,
                                 &dtrain__v1__comm_bench_reply__descriptor,
                                 (ProtobufCMessage **)&rep, (int64_t)(timeout_s * 1000), &err);
-    dt_rpc_channel_free(ch);
-    free(token);
+    dt_cli_conn_close(&conn);
     if (st != DT_OK) {
         fprintf(stderr, "dtrain bench allreduce: %s\n", err.msg);
         return st == DT_EINVAL || st == DT_EAUTH ? 2 : 1;

@@ -113,23 +113,16 @@ int dt_cli_cluster(int argc, char **argv)
     }
     if (timeout_s <= 0)
         timeout_s = 5;
-    char addr[256];
-    dt_cli_daemon_addr(addr_flag, addr, sizeof addr);
+    dt_cli_conn conn = {0};
+    int orc = dt_cli_conn_open(&conn, "cluster", addr_flag, token_file);
+    if (orc) {
+        dt_cli_conn_close(&conn);
+        return orc;
+    }
     dt_err err = {0};
-    char *token = NULL;
-    if (token_file && *token_file && dt_rpc_token_load(token_file, &token, &err) != DT_OK) {
-        fprintf(stderr, "dtrain cluster: %s\n", err.msg);
-        return 2;
-    }
-    dt_rpc_channel *chn = NULL;
-    if (dt_rpc_channel_new(addr, token, &chn, &err) != DT_OK) {
-        fprintf(stderr, "dtrain cluster: %s\n", err.msg);
-        free(token);
-        return 1;
-    }
     Dtrain__V1__ClusterInfoRequest req = DTRAIN__V1__CLUSTER_INFO_REQUEST__INIT;
     Dtrain__V1__ClusterInfoReply *rep = NULL;
-    dt_status st = dt_rpc_unary(chn, DT_RPC_CLUSTER_INFO, &req.base,
+    dt_status st = dt_rpc_unary(conn.ch, DT_RPC_CLUSTER_INFO, &req.base,
                                 &dtrain__v1__cluster_info_reply__descriptor,
                                 (ProtobufCMessage **)&rep, (int64_t)(timeout_s * 1000), &err);
     int rc = 0;
@@ -140,7 +133,7 @@ int dt_cli_cluster(int argc, char **argv)
                             "DTRAIN_ADDR\n");
         rc = st == DT_EAUTH ? 2 : 1;
     } else if (!rep->view) {
-        fprintf(stderr, "dtrain cluster: %s sent an empty view\n", addr);
+        fprintf(stderr, "dtrain cluster: %s sent an empty view\n", conn.addr);
         rc = 1;
     } else if (json) {
         print_json(rep->view);
@@ -149,7 +142,6 @@ int dt_cli_cluster(int argc, char **argv)
     }
     if (rep)
         protobuf_c_message_free_unpacked(&rep->base, NULL);
-    dt_rpc_channel_free(chn);
-    free(token);
+    dt_cli_conn_close(&conn);
     return rc;
 }

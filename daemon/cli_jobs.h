@@ -6,6 +6,7 @@
 #ifndef DT_DAEMON_CLI_JOBS_H
 #define DT_DAEMON_CLI_JOBS_H
 
+#include "cli.h"
 #include "jobs.pb-c.h"
 #include "rpc/rpc.h"
 
@@ -21,19 +22,6 @@
 #define DT_CLI_RPC_JOBS_EVALUATE "/dtrain.v1.Jobs/Evaluate"
 #define DT_CLI_RPC_JOBS_PREDICT  "/dtrain.v1.Jobs/Predict"
 
-/* A connection to the daemon named by --addr / DTRAIN_ADDR / TF_CONFIG. */
-typedef struct dt_cli_conn {
-    const char *verb; /* "submit", for messages */
-    char addr[256];
-    char *token;
-    dt_rpc_channel *ch;
-    double timeout_s;
-} dt_cli_conn;
-
-/* Opens the channel; returns an exit code (0 on success) after printing why not. */
-int dt_cli_conn_open(dt_cli_conn *c, const char *verb, const char *addr_flag,
-                     const char *token_file);
-void dt_cli_conn_close(dt_cli_conn *c);
 /* One call; on failure prints "dtrain VERB: message" (with a hint when the daemon is not
  * there) and returns the exit code (2 for bad input, 1 otherwise); 0 on success. */
 int dt_cli_call(dt_cli_conn *c, const char *method, const ProtobufCMessage *req,

@@ -43,6 +43,35 @@ static void usage(FILE *f)
                "2 bad usage or input.\n");
 }
 
+int dt_cli_conn_open(dt_cli_conn *c, const char *verb, const char *addr_flag,
+                     const char *token_file)
+{
+    c->verb = verb;
+    if (c->timeout_s <= 0)
+        c->timeout_s = 30;
+    dt_cli_daemon_addr(addr_flag, c->addr, sizeof c->addr);
+    dt_err err = {0};
+    if (!token_file)
+        token_file = getenv("DTRAIN_TOKEN_FILE");
+    if (token_file && *token_file && dt_rpc_token_load(token_file, &c->token, &err) != DT_OK) {
+        fprintf(stderr, "dtrain %s: %s\n", verb, err.msg);
+        return 2;
+    }
+    if (dt_rpc_channel_new(c->addr, c->token, &c->ch, &err) != DT_OK) {
+        fprintf(stderr, "dtrain %s: %s\n", verb, err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+void dt_cli_conn_close(dt_cli_conn *c)
+{
+    dt_rpc_channel_free(c->ch);
+    free(c->token);
+    c->ch = NULL;
+    c->token = NULL;
+}
+
 int dt_cli_int(const char *s)
 {
     char *end;
