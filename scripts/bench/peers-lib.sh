@@ -27,9 +27,21 @@ WORK=""
 KEEP_WORK=0
 
 # pb_stop_pids PID...: SIGTERM, SIGKILL after 5 s, then reap.
+# A PID in PIDS is often a background subshell (`pb_on_host ... &`) whose child (timeout, then
+# the rank) would outlive it, so the whole tree is signalled.
+pb__tree() {
+  local p c
+  for p in "$@"; do
+    echo "$p"
+    for c in $(pgrep -P "$p" 2>/dev/null); do pb__tree "$c"; done
+  done
+}
+
 pb_stop_pids() {
-  local p left deadline=$((SECONDS + 5))
+  local p left deadline=$((SECONDS + 5)) tree
   (($#)) || return 0
+  mapfile -t tree < <(pb__tree "$@")
+  set -- "${tree[@]}"
   kill -TERM "$@" 2>/dev/null || true
   while ((SECONDS < deadline)); do
     left=0
