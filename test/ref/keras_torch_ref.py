@@ -13,6 +13,9 @@ back), and writes DIR/out.json + DIR/out.bin (float64, same manifest form):
   "grad/<weight>"           its gradient at step 0
   "<opt>/<weight>"          every weight (moving statistics included) after N steps of <opt>,
                             with Keras 3's update rules, on the same batch every step.
+  "traj/<k>/<weight>",      with "trajectory": true in in.json, for the first optimizer: the
+  "tgrad/<k>/<weight>"      weights step k (1..N) starts from, and their gradient there;
+  "tgrad32/<k>/<weight>"    the same gradient computed in float32.
 Only the layers of config/models are implemented; anything else raises.
 REF_DTYPE=float32 runs the reference in float32 (to see how far float32 itself drifts);
 REF_F64_LAYERS=Conv2D,Dense then computes those layer classes in float64 (inputs and weights
@@ -167,6 +170,21 @@ def forward(layers, W_all, S, x, training):
     return h
 
 
+def grads_at(layers, W, S, x, y, dtype):
+    """The gradient at weights W computed in dtype: how far float32 itself lands from float64
+    at one point of the trajectory (a large gap marks a kink, where rounding flips a ReLU or a
+    max-pool choice)."""
+    global D
+    saved, D = D, dtype
+    try:
+        Wd = {n: W[n].detach().to(dtype).requires_grad_(True) for n in W}
+        Sd = {n: S[n].to(dtype) for n in S}
+        F.cross_entropy(forward(layers, Wd, Sd, x.to(dtype), True), y).backward()
+        return {n: Wd[n].grad.double().numpy().copy() for n in Wd}
+    finally:
+        D = saved
+
+
 def main():
     d = sys.argv[1]
     man, t = load_in(d)
@@ -198,6 +216,12 @@ def main():
                 W[n].grad = None
             loss = F.cross_entropy(forward(layers, W, S, x, True), y)
             loss.backward()
+            if man.get("trajectory") and o is man["optimizers"][0]:
+                for n in W:  # the weights this step starts from, and their gradient
+                    out["traj/%d/%s" % (step, n)] = W[n].detach().numpy().copy()
+                    out["tgrad/%d/%s" % (step, n)] = W[n].grad.numpy().copy()
+                for n, g in grads_at(layers, W, S, x, y, torch.float32).items():
+                    out["tgrad32/%d/%s" % (step, n)] = g
             with torch.no_grad():
                 for n in W:
                     g, (m, v) = W[n].grad, slots[n]
