@@ -424,7 +424,14 @@ DT_TEST_TIMEOUT(nn_parity_torch_tutorial_cnn, 300)
  * Conv2D (1.0e-3 when only they are float32) and Dense (6.5e-4) cause it, BN's arithmetic only
  * 1.3e-5; with every layer in float64 (activations, gradients and weights still stored as
  * float32) it falls to 6.4e-7 / 5.0e-6. Hence: 1e-4 over the first 6 steps, and over 20 steps
- * 1e-3, the band PyTorch's own float32 lands in. */
+ * 1e-3, the band PyTorch's own float32 lands in.
+ *
+ * Step by step (DT_NN_PARITY_TRAJ=1: our gradient at the reference's weights of each step) the
+ * engine stays within 1e-5 of float64 on most steps, closer than PyTorch's float32 (residual:
+ * 1.6e-6 against torch float32's 2.2e-4). Isolated steps are kinks, where float32 rounding flips
+ * a ReLU or max-pool choice and the gradient jumps: 5.1e-3 at step 11 here; torch float32 has
+ * its own (4.9e-3 at step 8). A gradient check at such a point is discontinuous in any
+ * precision but float64's, so the step-by-step check is a diagnostic, not an assertion. */
 DT_TEST_TIMEOUT(nn_parity_torch_conv_bn_cnn, 300)
 {
     parity_file("config/models/fmnist_cnn_bn.json", "\"rate\": 0.25", "\"rate\": 0.00", 6, 1e-4);
