@@ -10,6 +10,7 @@
 #include "core/limits.h"
 
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -580,12 +581,14 @@ int dt_cli_cancel(int argc, char **argv)
 static void export_usage(FILE *f)
 {
     fprintf(f,
-            "usage: dtrain export JOB -o FILE.safetensors [--json] [options]\n\n"
+            "usage: dtrain export JOB -o FILE.safetensors [--checkpoint] [--json] [options]\n\n"
             "Fetches a succeeded job's final weights from the chief and writes them to FILE\n"
             "(safetensors, Keras names: \"<layer>/kernel\", \"<layer>/bias\", ...; no optimizer\n"
             "state). The file is written atomically.\n\n"
             "options:\n"
-            "  -o, --output FILE  where to write (required)\n%s",
+            "  -o, --output FILE  where to write (required)\n"
+            "  --checkpoint       the job's latest checkpoint instead (any state, while it runs\n"
+            "                     too)\n%s",
             common_help);
 }
 
@@ -602,9 +605,11 @@ static int write_output(const char *verb, const char *path, const void *data, si
 int dt_cli_export(int argc, char **argv)
 {
     static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
+                                             {"checkpoint", no_argument, NULL, 'C'},
                                              COMMON_LONGOPTS};
     common_opts o = {0};
     const char *out = NULL;
+    bool checkpoint = false;
     int ch, rc;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
@@ -614,6 +619,10 @@ int dt_cli_export(int argc, char **argv)
             continue;
         if (ch == 'o') {
             out = optarg;
+            continue;
+        }
+        if (ch == 'C') {
+            checkpoint = true;
             continue;
         }
         export_usage(stderr);
@@ -632,6 +641,7 @@ int dt_cli_export(int argc, char **argv)
         return rc;
     Dtrain__V1__ExportRequest req = DTRAIN__V1__EXPORT_REQUEST__INIT;
     req.id = argv[optind];
+    req.checkpoint = checkpoint;
     Dtrain__V1__ExportReply *rep = NULL;
     rc = dt_cli_call(&c, DT_CLI_RPC_JOBS_EXPORT, &req.base, &dtrain__v1__export_reply__descriptor,
                      (ProtobufCMessage **)&rep, 0);
@@ -643,10 +653,12 @@ int dt_cli_export(int argc, char **argv)
             cJSON_AddStringToObject(j, "path", out);
             cJSON_AddNumberToObject(j, "bytes", (double)rep->safetensors.len);
             cJSON_AddStringToObject(j, "source", rep->source_path);
+            cJSON_AddNumberToObject(j, "global_step", (double)rep->global_step);
+            cJSON_AddStringToObject(j, "state", rep->state);
             print_json(j);
         } else {
-            printf("wrote %s (%zu bytes) from the chief's %s\n", out, rep->safetensors.len,
-                   rep->source_path);
+            printf("wrote %s (%zu bytes, step %" PRIu64 ") from the chief's %s\n", out,
+                   rep->safetensors.len, rep->global_step, rep->source_path);
         }
     }
     if (rep)

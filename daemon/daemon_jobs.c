@@ -976,7 +976,19 @@ static void export_done(dt_jobs *j, jcall *c)
     rep.safetensors.data = (uint8_t *)c->out;
     rep.safetensors.len = c->out_len;
     rep.source_path = c->text2;
+    rep.global_step = c->u1;
+    rep.spec_json = c->text;
+    rep.state = (char *)dt__job_state_name((job_state)c->u2);
     dt_rpc_call_reply(c->call, &rep.base);
+}
+
+static void export_checkpoint_run(jcall *c)
+{
+    char *path = NULL;
+    c->st = dt__jobs_export_checkpoint(c->text, c->j->data_root, c->j->state_dir, c->text3, &c->out,
+                                       &c->out_len, &path, &c->u1, &c->err);
+    free(c->text2);
+    c->text2 = path;
 }
 
 static void on_export(dt_jobs *j, dt_rpc_call *call)
@@ -985,17 +997,24 @@ static void on_export(dt_jobs *j, dt_rpc_call *call)
     if (dt_rpc_call_unpack(call, &dtrain__v1__export_request__descriptor,
                            (ProtobufCMessage **)&req) != DT_OK)
         return;
-    job *jb = NULL;
-    if (final_weights(j, call, req->id, &jb) == DT_OK) {
-        jcall *c = jcall_new(j, export_run, export_done);
+    job *jb = req->checkpoint ? find_job(j, req->id) : NULL;
+    if (req->checkpoint && !jb) {
+        char msg[2 * DT_ERR_LEN];
+        snprintf(msg, sizeof msg, "no job '%s' on this cluster (see 'dtrain jobs')", req->id);
+        dt_rpc_call_fail(call, DT_ENOENT, msg);
+    } else if (jb || final_weights(j, call, req->id, &jb) == DT_OK) {
+        jcall *c = jcall_new(j, req->checkpoint ? export_checkpoint_run : export_run, export_done);
         if (!c) {
             dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
         } else {
             char dir[4096];
             snprintf(dir, sizeof dir, "%s/jobs/%s", j->state_dir, jb->id);
             c->call = call;
+            c->text = strdup(jb->spec_json);
             c->text2 = strdup(jb->weights_path);
             c->text3 = strdup(dir);
+            c->u1 = jb->global_step;
+            c->u2 = (uint64_t)jb->state;
             jcall_queue(j, c);
         }
     }

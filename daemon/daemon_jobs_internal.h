@@ -176,6 +176,10 @@ dt_status dt__jobs_predict(const char *spec_json, const char *weights_path, cons
 /* The model weights of weights_path (no optimizer slots) as safetensors bytes in *out. */
 dt_status dt__jobs_export(const char *weights_path, const char *job_dir, char **out,
                           size_t *out_len, dt_err *err);
+/* The same for the job's latest checkpoint (*path, malloc'd; *step its global step). */
+dt_status dt__jobs_export_checkpoint(const char *spec_json, const char *data_root,
+                                     const char *state_dir, const char *job_dir, char **out,
+                                     size_t *out_len, char **path, uint64_t *step, dt_err *err);
 
 /* --- the runner (daemon_jobs_runner.c): this daemon's part of a job -------------------------- */
 

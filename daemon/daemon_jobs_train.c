@@ -349,6 +349,30 @@ dt_status dt__jobs_export(const char *weights_path, const char *job_dir, char **
     return read_and_remove(tmp, out, out_len, err);
 }
 
+dt_status dt__jobs_export_checkpoint(const char *spec_json, const char *data_root,
+                                     const char *state_dir, const char *job_dir, char **out,
+                                     size_t *out_len, char **path, uint64_t *step, dt_err *err)
+{
+    dt_jobspec spec;
+    DT_TRY(parse_spec(spec_json, strlen(spec_json), data_root, state_dir, &spec, err));
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", spec.checkpoint_dir ? spec.checkpoint_dir : "");
+    if (!spec.checkpoint_dir)
+        snprintf(dir, sizeof dir, "%s/checkpoints", job_dir);
+    dt_jobspec_destroy(&spec);
+    dt_status st = dt_train_latest_checkpoint(dir, path, err);
+    if (st == DT_ENOENT)
+        return dt_err_set(err, DT_ENOENT,
+                          "the job has no checkpoint yet in %s (the chief writes "
+                          "one by checkpoint.save_freq)",
+                          dir);
+    DT_TRY(st);
+    /* ckpt-<global step>.safetensors, as lib/train names them */
+    const char *base = strrchr(*path, '/');
+    *step = strtoull((base ? base + 1 : *path) + strlen("ckpt-"), NULL, 10);
+    return dt__jobs_export(*path, job_dir, out, out_len, err);
+}
+
 static dt_status parse_data(const char *data_json, cJSON **out, dt_err *err)
 {
     *out = cJSON_Parse(data_json);

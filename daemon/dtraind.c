@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/sdnotify.h"
 #include "daemon_comm.h"
+#include "daemon_eval.h"
 #include "daemon_jobs.h"
 #include "nn/ops.h"
 #include "rpc/rpc.h"
@@ -37,7 +38,8 @@ typedef struct daemon_opts {
     int check;
     int json;
     double rendezvous_timeout_s;
-    int threads; /* OpenBLAS threads of the trainer; 0: the default below */
+    int threads;            /* OpenBLAS threads of the trainer; 0: the default below */
+    double eval_interval_s; /* the evaluator task's poll interval */
 } daemon_opts;
 
 typedef struct dt_daemon {
@@ -76,6 +78,8 @@ static void usage(FILE *f)
         "  --ready-file FILE         write FILE (JSON) once the cluster is formed\n"
         "  --threads N               compute (OpenBLAS) threads of the trainer (default: the\n"
         "                            CPUs less one, left to the ring and the control plane)\n"
+        "  --eval-interval SEC       evaluator task: how often to ask the chief for a new\n"
+        "                            checkpoint (default 5)\n"
         "  --log-level LEVEL         error|warn|info|debug|trace (default info; or DT_LOG)\n"
         "  --check                   validate the configuration, print the resolved task, exit\n"
         "  --json                    with --check: print JSON\n"
@@ -95,6 +99,7 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
         OPT_DATA,
         OPT_READY,
         OPT_THREADS,
+        OPT_EVAL_INTERVAL,
         OPT_LOG,
         OPT_CHECK,
         OPT_JSON,
@@ -111,6 +116,7 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
         {"data-root", required_argument, NULL, OPT_DATA},
         {"ready-file", required_argument, NULL, OPT_READY},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"eval-interval", required_argument, NULL, OPT_EVAL_INTERVAL},
         {"log-level", required_argument, NULL, OPT_LOG},
         {"check", no_argument, NULL, OPT_CHECK},
         {"json", no_argument, NULL, OPT_JSON},
@@ -119,6 +125,7 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
         {NULL, 0, NULL, 0},
     };
     o->rendezvous_timeout_s = 300;
+    o->eval_interval_s = 5;
     int ch;
     while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (ch) {
@@ -162,6 +169,16 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
                 return 2;
             }
             o->threads = (int)n;
+            break;
+        }
+        case OPT_EVAL_INTERVAL: {
+            char *end;
+            o->eval_interval_s = strtod(optarg, &end);
+            if (*end || !(o->eval_interval_s >= 0.1 && o->eval_interval_s <= 86400)) {
+                fprintf(stderr, "dtraind: --eval-interval %s: give seconds, 0.1 <= SEC <= 86400\n",
+                        optarg);
+                return 2;
+            }
             break;
         }
         case OPT_LOG: {
@@ -392,7 +409,9 @@ static int run(dt_daemon *d)
     const char *bind = d->o.listen ? d->o.listen : d->spec.self.address;
     char host[DT_MAX_ADDRESS];
     int port;
-    if (dt_tfconfig_split_address(bind, host, sizeof host, &port, &err) != DT_OK) {
+    /* The evaluator serves nothing: it only calls the chief. */
+    bool evaluator = d->spec.self.type == DT_TASK_EVALUATOR;
+    if (!evaluator && dt_tfconfig_split_address(bind, host, sizeof host, &port, &err) != DT_OK) {
         fprintf(stderr, "dtraind: --listen: %s\n", err.msg);
         return 2;
     }
@@ -400,7 +419,7 @@ static int run(dt_daemon *d)
         fprintf(stderr, "dtraind: --token-file: %s\n", err.msg);
         return 2;
     }
-    bool loopback = dt_rpc_host_is_loopback(host);
+    bool loopback = evaluator || dt_rpc_host_is_loopback(host);
     for (size_t i = 0; i < d->spec.ntasks && loopback; i++)
         loopback = dt_rpc_host_is_loopback(d->spec.tasks[i].host);
     if (!loopback && !d->token && !d->o.insecure) {
@@ -432,6 +451,15 @@ static int run(dt_daemon *d)
     char tag[48];
     dt_task_name(&d->spec.self, tag, sizeof tag);
     dt_log_set_tag(tag);
+    if (evaluator) {
+        dt_daemon_eval_opts eo = {.spec = &d->spec,
+                                  .token = d->token,
+                                  .data_root = d->o.data_root,
+                                  .state_dir = d->o.state_dir,
+                                  .ready_file = d->o.ready_file,
+                                  .interval_ms = (int)(d->o.eval_interval_s * 1000)};
+        return dt_daemon_eval_run(&eo);
+    }
     if (d->spec.self.type != DT_TASK_CHIEF && d->spec.self.type != DT_TASK_WORKER) {
         fprintf(stderr,
                 "dtraind: this task is %s, but only chief and worker tasks run a daemon "
