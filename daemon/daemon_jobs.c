@@ -237,7 +237,7 @@ static void fill_info(const job *jb, info_buf *b)
 }
 
 /* Appends an event, numbers it and updates the job's progress fields. Takes ev->message. */
-static void add_event(job *jb, jevent *ev)
+static void add_event(dt_jobs *j, job *jb, jevent *ev)
 {
     if (!jb->ev && !(jb->ev = calloc(JOB_MAX_EVENTS, sizeof *jb->ev))) {
         free(ev->message);
@@ -251,6 +251,7 @@ static void add_event(job *jb, jevent *ev)
     ev->seq = ++jb->next_seq;
     if (!ev->time_unix)
         ev->time_unix = dt_wall_s();
+    dt__job_log_event(j->state_dir, jb, ev);
     jb->ev[(jb->ev0 + jb->nev++) % JOB_MAX_EVENTS] = *ev;
     ev->message = NULL;
 }
@@ -265,7 +266,7 @@ static void state_event(dt_jobs *j, job *jb, const char *message)
     ev.step = jb->step;
     ev.steps = jb->steps_per_epoch;
     ev.message = dup_or_null(message && *message ? message : NULL);
-    add_event(jb, &ev);
+    add_event(j, jb, &ev);
     finish_watchers(j, jb->id, false);
 }
 
@@ -307,7 +308,7 @@ void dt__jobs_chief_event(dt_jobs *j, const char *id, jevent *ev)
         jb->step = 0;
     }
     merge_metrics(jb, ev);
-    add_event(jb, ev);
+    add_event(j, jb, ev);
     /* Progress is saved at epoch ends, at most every 2 s (tiny epochs would make it I/O). */
     int64_t now = dt_now_ms();
     if (strcmp(ev->kind, "epoch_end") == 0 && now - jb->saved_ms >= 2000) {

@@ -102,6 +102,9 @@ const char *dt__job_state_name(job_state s);
 bool dt__job_terminal(const job *jb);
 /* <state-dir>/jobs/ID, created. */
 dt_status dt__job_mkdirs(const char *state_dir, const char *id, char *dir, size_t n, dt_err *err);
+/* Appends a progress event (not steps) to <state-dir>/jobs/ID/events.jsonl; read back by
+ * dt__jobs_load. */
+void dt__job_log_event(const char *state_dir, const job *jb, const jevent *ev);
 /* Writes state.json (and spec.json when with_spec) atomically. */
 dt_status dt__job_save(const char *state_dir, const job *jb, bool with_spec, dt_err *err);
 /* Every job under <state-dir>/jobs, oldest first (caller frees the array and the jobs). */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const char *dt__job_state_name(job_state s)
 {
@@ -119,6 +120,93 @@ static void str(const cJSON *o, const char *k, char *out, size_t n)
     snprintf(out, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
 }
 
+void dt__job_log_event(const char *state_dir, const job *jb, const jevent *ev)
+{
+    if (strcmp(ev->kind, "step") == 0) /* many per second; the epoch ends carry the history */
+        return;
+    cJSON *o = cJSON_CreateObject(), *m = cJSON_AddObjectToObject(o, "metrics");
+    cJSON_AddNumberToObject(o, "seq", (double)ev->seq);
+    cJSON_AddStringToObject(o, "kind", ev->kind);
+    cJSON_AddNumberToObject(o, "epoch", ev->epoch);
+    cJSON_AddNumberToObject(o, "epochs", ev->epochs);
+    cJSON_AddNumberToObject(o, "step", (double)ev->step);
+    cJSON_AddNumberToObject(o, "steps", (double)ev->steps);
+    for (int i = 0; i < ev->nmetrics; i++)
+        cJSON_AddNumberToObject(m, ev->metrics[i].name, ev->metrics[i].value);
+    cJSON_AddNumberToObject(o, "elapsed_s", ev->elapsed_s);
+    cJSON_AddStringToObject(o, "state", ev->state);
+    cJSON_AddStringToObject(o, "message", ev->message ? ev->message : "");
+    cJSON_AddNumberToObject(o, "time_unix", ev->time_unix);
+    char *line = cJSON_PrintUnformatted(o), path[4500];
+    cJSON_Delete(o);
+    snprintf(path, sizeof path, "%s/jobs/%s/events.jsonl", state_dir, jb->id);
+    FILE *f = line ? fopen(path, "a") : NULL;
+    bool ok = f && fprintf(f, "%s\n", line) > 0;
+    if (f && fclose(f) != 0)
+        ok = false;
+    if (!ok) /* the history is a convenience; the job goes on */
+        DT_WARN("jobs", "job %s: %s: %s", jb->id, path, line ? strerror(errno) : "out of memory");
+    free(line);
+}
+
+/* Reads DIR/events.jsonl back into the job's event ring: `watch` after a restart shows the
+ * states and epochs of before. A line that does not parse ends the history there. */
+static void load_events(const char *dir, job *jb)
+{
+    char path[4500], *text = NULL;
+    size_t len = 0;
+    dt_err err = {0};
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    if (access(path, F_OK) != 0)
+        return;
+    if (dt_file_read_all(path, 16u << 20, &text, &len, &err) != DT_OK) {
+        DT_WARN("jobs", "job %s: no event history: %s", jb->id, err.msg);
+        return;
+    }
+    if (!(jb->ev = calloc(JOB_MAX_EVENTS, sizeof *jb->ev))) {
+        free(text);
+        return;
+    }
+    for (char *line = text, *nl; *line; line = nl + 1) {
+        if (!(nl = strchr(line, '\n')))
+            break; /* a line cut short by a crash */
+        *nl = '\0';
+        cJSON *o = cJSON_Parse(line);
+        if (!o || num(o, "seq") <= (double)jb->next_seq) {
+            cJSON_Delete(o);
+            break;
+        }
+        if (jb->nev == JOB_MAX_EVENTS) {
+            free(jb->ev[jb->ev0].message);
+            jb->ev0 = (jb->ev0 + 1) % JOB_MAX_EVENTS;
+            jb->nev--;
+        }
+        jevent *ev = &jb->ev[(jb->ev0 + jb->nev++) % JOB_MAX_EVENTS];
+        ev->seq = jb->next_seq = (uint64_t)num(o, "seq");
+        str(o, "kind", ev->kind, sizeof ev->kind);
+        ev->epoch = (uint32_t)num(o, "epoch");
+        ev->epochs = (uint32_t)num(o, "epochs");
+        ev->step = (uint64_t)num(o, "step");
+        ev->steps = (uint64_t)num(o, "steps");
+        const cJSON *m;
+        cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(o, "metrics"))
+        {
+            if (ev->nmetrics < JOB_MAX_METRICS && cJSON_IsNumber(m) && m->string) {
+                snprintf(ev->metrics[ev->nmetrics].name, sizeof ev->metrics[0].name, "%s",
+                         m->string);
+                ev->metrics[ev->nmetrics++].value = m->valuedouble;
+            }
+        }
+        ev->elapsed_s = num(o, "elapsed_s");
+        str(o, "state", ev->state, sizeof ev->state);
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(o, "message"));
+        ev->message = msg && *msg ? strdup(msg) : NULL;
+        ev->time_unix = num(o, "time_unix");
+        cJSON_Delete(o);
+    }
+    free(text);
+}
+
 /* Reads one job directory; NULL (logged) when it is not a job. */
 static job *load_one(const char *dir, const char *id)
 {
@@ -181,6 +269,7 @@ static job *load_one(const char *dir, const char *id)
         }
     }
     cJSON_Delete(o);
+    load_events(dir, jb);
     return jb;
 }
 

@@ -3,7 +3,7 @@
 # The chief is killed (kill -9) while a two-task job runs: the worker's run fails and stops;
 # the restarted chief re-queues the job, the worker rejoins, and the job resumes from the
 # chief's latest checkpoint on both tasks (the chief broadcasts it) and succeeds with the same
-# weights on both replicas.
+# weights on both replicas; the progress history is still there to watch.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
@@ -28,4 +28,18 @@ jc status 1 --json >"$DT_TEST_TMP/s.json"
 dt_assert_eq "$(dt_json_get restarts "$DT_TEST_TMP/s.json")" 1 "restarts"
 dt_assert_eq "$(dt_json_get weights_hashes.1 "$DT_TEST_TMP/s.json")" \
   "$(dt_json_get weights_hashes.0 "$DT_TEST_TMP/s.json")" "the replicas' final weights after the resume"
+# The progress history survived the kill: watch shows epoch 1 (run before the restart) once,
+# and the events stay numbered in order. (Epochs after the last checkpoint run twice.)
+jc watch 1 --json >"$DT_TEST_TMP/watch.jsonl" || dt_fail "watch of the finished job"
+/usr/bin/python3 - "$DT_TEST_TMP/watch.jsonl" <<'PY' || dt_fail "the event history after the restart"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+seqs = [e["seq"] for e in ev]
+assert seqs == sorted(set(seqs)) and seqs[0] == 1, seqs
+ends = [e["epoch"] for e in ev if e["kind"] == "epoch_end"]
+assert ends.count(1) == 1 and ends[-1] == 150, ends
+states = [e["state"] for e in ev if e["kind"] == "state"]
+assert states[0] == "queued" and states[-1] == "succeeded" and states.count("running") == 2, states
+print("events:", len(ev), "epoch ends:", len(ends), "states:", states)
+PY
 echo "ok: resume after a chief restart"
