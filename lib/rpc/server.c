@@ -282,7 +282,7 @@ dt_status dt_rpc_server_new(const dt_rpc_server_opts *opts, dt_rpc_server **out,
     grpc_channel_args *args = dt__rpc_args_new(1);
     srv->server = grpc_server_create(args, NULL);
     dt__rpc_args_free(args);
-    if (opts->stream_method && opts->streamq && !getenv("DT_RPC_UNARY_POLL")) {
+    if (opts->stream_method && opts->streamq) {
         /* gRPC's epoll engine lets any thread waiting on a polling queue do any connection's
          * I/O, then wake the queue's owner: with two polling threads every stream message paid a
          * hand-off. The stream queue polls for both; this queue only collects unary events. */
