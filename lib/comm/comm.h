@@ -17,6 +17,11 @@
  * (which also reduces the received bytes). The caller's buffer is borrowed until its collective
  * is waited for; nothing else touches it. dt_comm_new blocks until the ring is connected (or its
  * connect deadline): call it from any thread but the libuv loop. dt_comm_abort is thread-safe.
+ * The comm thread is also the daemon's gRPC poller (the rpc server's unary queue does not poll):
+ * a message is read, parsed and reduced on this one thread, without a hand-off (threads blocked
+ * in a unary call still take turns at polling, gRPC's epoll engine being process-wide); and the
+ * hub keeps freed memory in the process (mallopt), so the read buffers gRPC allocates per message
+ * reuse mapped pages rather than paying page faults and unmap IPIs each time.
  *
  * Algorithm (all-reduce): reduce-scatter then all-gather in rank order, 2(R-1) steps. Segments
  * of n/R floats are split into chunks (at most DT_COMM_CHUNK bytes, and small enough that each

@@ -282,7 +282,17 @@ dt_status dt_rpc_server_new(const dt_rpc_server_opts *opts, dt_rpc_server **out,
     grpc_channel_args *args = dt__rpc_args_new(1);
     srv->server = grpc_server_create(args, NULL);
     dt__rpc_args_free(args);
-    srv->cq = grpc_completion_queue_create_for_next(NULL);
+    if (opts->stream_method && opts->streamq) {
+        /* gRPC's epoll engine lets any thread waiting on a polling queue do any connection's
+         * I/O, then wake the queue's owner: with two polling threads every stream message paid a
+         * hand-off. The stream queue polls for both; this queue only collects unary events. */
+        grpc_completion_queue_attributes attr = {GRPC_CQ_CURRENT_VERSION, GRPC_CQ_NEXT,
+                                                 GRPC_CQ_NON_POLLING, NULL};
+        srv->cq =
+            grpc_completion_queue_create(grpc_completion_queue_factory_lookup(&attr), &attr, NULL);
+    } else {
+        srv->cq = grpc_completion_queue_create_for_next(NULL);
+    }
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
     void *stream_rm = NULL;
     if (opts->stream_method && opts->streamq)
