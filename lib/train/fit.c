@@ -74,8 +74,12 @@ static dt_status start_bucket(dt_trainer *t, dt_err *err)
     float *g = dt_model_grads(t->m, &n);
     size_t k = t->started;
     t->reqs[k] = NULL;
-    DT_TRY(t->comm->allreduce_start(t->comm->ctx, g + t->lo[k], t->hi[k] - t->lo[k], &t->reqs[k],
-                                    err));
+    const dt_train_comm *c = t->comm;
+    if (t->spec->compression != DT_JOBSPEC_COMPRESS_NONE)
+        DT_TRY(c->allreduce_start_compressed(c->ctx, g + t->lo[k], t->hi[k] - t->lo[k],
+                                             t->spec->compression, &t->reqs[k], err));
+    else
+        DT_TRY(c->allreduce_start(c->ctx, g + t->lo[k], t->hi[k] - t->lo[k], &t->reqs[k], err));
     t->started++;
     return DT_OK;
 }
@@ -89,6 +93,12 @@ static void on_grad_ready(void *ctx, size_t offset)
         return;
     while (t->hook_st == DT_OK && t->started < t->nbuckets && t->lo[t->started] >= offset)
         t->hook_st = start_bucket(t, &t->hook_err);
+}
+
+static size_t mb_floats(double mb)
+{
+    size_t n = (size_t)(mb * 1048576.0 / sizeof(float));
+    return n ? n : 1;
 }
 
 /* Bucket plan: cut at layer boundaries once a bucket holds bucket_mb. Every replica computes
@@ -120,20 +130,27 @@ static dt_status plan_buckets(dt_trainer *t, dt_err *err)
         if (!ns || w->offset > starts[ns - 1])
             starts[ns++] = w->offset;
     }
-    size_t cap = (size_t)(t->spec->bucket_mb * 1048576.0 / sizeof(float));
-    if (cap < 1)
-        cap = 1;
+    /* The first bucket (the last layers) is small so that the wire starts early: with one big
+     * bucket nothing moves until backward ends. A layer is never split, so a bucket may hold
+     * more than its cap. */
+    size_t cap = mb_floats(t->spec->bucket_mb), first_cap = mb_floats(t->spec->first_bucket_mb);
     size_t hi = np;
     t->nbuckets = 0;
     for (size_t i = ns; i-- > 0;) {
-        if (starts[i] < hi && (hi - starts[i] >= cap || i == 0)) {
+        size_t c = t->nbuckets ? cap : first_cap;
+        if (starts[i] < hi && (hi - starts[i] >= c || i == 0)) {
             t->lo[t->nbuckets] = i == 0 ? 0 : starts[i];
             t->hi[t->nbuckets++] = hi;
             hi = t->lo[t->nbuckets - 1];
         }
     }
     free(starts);
-    DT_DEBUG("train", "%zu fusion buckets over %zu gradients", t->nbuckets, np);
+    DT_INFO(
+        "train", "%zu fusion bucket%s over %zu gradients (first >= %g MiB, then %g MiB), wire %s",
+        t->nbuckets, t->nbuckets == 1 ? "" : "s", np, t->spec->first_bucket_mb, t->spec->bucket_mb,
+        t->spec->compression == DT_JOBSPEC_COMPRESS_NONE
+            ? "float32"
+            : dt_jobspec_compression_name(t->spec->compression));
     return DT_OK;
 }
 
@@ -654,6 +671,12 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
     if (comm->world > 1 && (!comm->allreduce_start || !comm->wait || !comm->broadcast))
         return dt_err_set(err, DT_EINVAL, "train: the comm lacks a collective for world %d",
                           comm->world);
+    if (comm->world > 1 && t->spec->compression != DT_JOBSPEC_COMPRESS_NONE &&
+        !comm->allreduce_start_compressed)
+        return dt_err_set(err, DT_ENOTSUP,
+                          "$.strategy.compression: \"%s\": this comm carries float32 only; "
+                          "use \"none\"",
+                          dt_jobspec_compression_name(t->spec->compression));
     dt_status st = fit(t, comm, res, err);
     t->comm = NULL;
     res->weights_hash = dt_train_weights_hash(t->m);
