@@ -41,6 +41,14 @@ struct dt_trainer {
     dt_err hook_err;
     float *tail; /* (state size + 4): moving statistics and metrics of one step */
 
+    /* Where an epoch's steps spend their time (the first step of an epoch left out: it warms
+     * caches and pages), logged at the epoch's end: the exposed wait is the all-reduce time
+     * that backward did not hide. Seconds, summed over n steps. */
+    struct {
+        double data, compute, wait, update;
+        int64_t n;
+    } phase;
+
     dt_tfevents *tb;
 };
 
@@ -418,6 +426,7 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     t->started = 0;
     t->hook_st = DT_OK;
     dt_step_stats s = {0};
+    double t0 = dt_wall_s();
     if (b->n > 0) {
         dt_model_batch mb = {.x = b->x, .labels = b->y_i32, .targets = b->y_f32, .n = b->n};
         /* The model scales by 1/global batch; global_n is the step's true count on all replicas,
@@ -432,6 +441,7 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     }
     /* The step's small collective: BatchNormalization's moving statistics and the metrics, in
      * one all-reduce started right behind the last gradient bucket (one round trip, not two). */
+    double t1 = dt_wall_s();
     size_t ns;
     float *state = dt_model_state(t->m, &ns);
     bool cancel = t->opts.cancel && atomic_load(t->opts.cancel);
@@ -455,7 +465,11 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
             state[i] = t->tail[i] * inv;
     }
     t->comm = NULL;
+    double t2 = dt_wall_s();
     DT_TRY(dt_optim_step(t->opt, err));
+    t->phase.compute += t1 - t0;
+    t->phase.wait += t2 - t1;
+    t->phase.update += dt_wall_s() - t2;
     step->loss = mv[0];
     step->correct = mv[1];
     step->n = mv[2];
@@ -516,6 +530,22 @@ static dt_status write_final(dt_trainer *t, const position *pos, dt_train_result
     return DT_OK;
 }
 
+/* The step's phases over the epoch, per step: what a step costs, and how much of the
+ * all-reduce the overlap with backward left exposed. */
+static void log_phases(dt_trainer *t, int epoch)
+{
+    double n = (double)t->phase.n;
+    if (n < 1)
+        return;
+    double data = t->phase.data / n * 1e3, comp = t->phase.compute / n * 1e3;
+    double wait = t->phase.wait / n * 1e3, upd = t->phase.update / n * 1e3;
+    double step = data + comp + wait + upd;
+    DT_INFO("train",
+            "epoch %d: %.2f ms/step over %" PRId64 " steps: data %.2f, forward+backward %.2f, "
+            "all-reduce wait after backward %.2f (%.0f%% of the step), update %.2f",
+            epoch + 1, step, t->phase.n, data, comp, wait, step > 0 ? 100 * wait / step : 0, upd);
+}
+
 static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res, dt_err *err)
 {
     bool chief = c->rank == 0;
@@ -543,10 +573,16 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             pg->epoch_begin(pg->ctx, e, epochs, t->steps);
         sums ep = {0};
         double t0 = dt_wall_s();
+        int64_t first_step = pos.step;
         for (; pos.step < t->steps; pos.step++) {
             double ts = dt_wall_s();
             const dt_batch *b;
             DT_TRY(dt_pipeline_next(t->p, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
+            if (pos.step == first_step) /* the epoch's first step is not counted */
+                memset(&t->phase, 0, sizeof t->phase);
+            else
+                t->phase.n++;
+            t->phase.data += dt_wall_s() - ts;
             if (!b)
                 return dt_err_set(err, DT_ESTATE,
                                   "train: the data ended at step %" PRId64 " of %" PRId64, pos.step,
@@ -604,6 +640,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             }
         }
         double secs = dt_wall_s() - t0;
+        log_phases(t, e);
         dt_train_epoch_info ei = {
             .epoch = e,
             .epochs = epochs,
