@@ -46,8 +46,10 @@ struct dt_trainer {
      * that backward did not hide. Seconds, summed over n steps. */
     struct {
         double data, compute, wait, update;
+        double ahead; /* the first bucket's start to the end of backward: the overlap window */
         int64_t n;
     } phase;
+    double first_start; /* when this step's first bucket was started */
 
     dt_tfevents *tb;
 };
@@ -82,6 +84,8 @@ static dt_status start_bucket(dt_trainer *t, dt_err *err)
     float *g = dt_model_grads(t->m, &n);
     size_t k = t->started;
     t->reqs[k] = NULL;
+    if (k == 0)
+        t->first_start = dt_wall_s();
     const dt_train_comm *c = t->comm;
     if (t->spec->compression != DT_JOBSPEC_COMPRESS_NONE)
         DT_TRY(c->allreduce_start_compressed(c->ctx, g + t->lo[k], t->hi[k] - t->lo[k],
@@ -442,6 +446,8 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     /* The step's small collective: BatchNormalization's moving statistics and the metrics, in
      * one all-reduce started right behind the last gradient bucket (one round trip, not two). */
     double t1 = dt_wall_s();
+    if (t->started > 0)
+        t->phase.ahead += t1 - t->first_start;
     size_t ns;
     float *state = dt_model_state(t->m, &ns);
     bool cancel = t->opts.cancel && atomic_load(t->opts.cancel);
@@ -539,11 +545,16 @@ static void log_phases(dt_trainer *t, int epoch)
         return;
     double data = t->phase.data / n * 1e3, comp = t->phase.compute / n * 1e3;
     double wait = t->phase.wait / n * 1e3, upd = t->phase.update / n * 1e3;
+    double ahead = t->phase.ahead / n * 1e3;
     double step = data + comp + wait + upd;
+    /* ahead + wait is how long the gradients were on the wire: close to the wire time alone
+     * when the ring progresses while backward runs, ahead + wire time when it does not. */
     DT_INFO("train",
             "epoch %d: %.2f ms/step over %" PRId64 " steps: data %.2f, forward+backward %.2f, "
-            "all-reduce wait after backward %.2f (%.0f%% of the step), update %.2f",
-            epoch + 1, step, t->phase.n, data, comp, wait, step > 0 ? 100 * wait / step : 0, upd);
+            "all-reduce wait after backward %.2f (%.0f%% of the step), update %.2f; the first "
+            "bucket went out %.2f ms before backward ended (all-reduces in flight %.2f ms)",
+            epoch + 1, step, t->phase.n, data, comp, wait, step > 0 ? 100 * wait / step : 0, upd,
+            ahead, ahead + wait);
 }
 
 static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res, dt_err *err)
