@@ -144,8 +144,8 @@ set_run() {
   if ((FMNIST_N / GB < WU + NS)); then
     WU=5
     NS=$((FMNIST_N / GB - WU))
+    ((NS >= 3)) || { note "global batch $GB: one epoch holds too few steps to time"; return 1; }
   fi
-  ((NS >= 3)) || { note "global batch $GB: one epoch holds too few steps to time"; return 1; }
 }
 
 # run_dtrain NET R OUT COMP: dtrain's figures from the cluster pb_dtrain_up formed.
@@ -279,16 +279,25 @@ for net in nets:
     for comp in comps:
         wire = "float32 gradients" if comp == "none" else "%s gradients (DDP: fp16_compress_hook)" % comp
         print("\n## %s, %s" % (where, wire))
-        print("%-6s %-3s %7s %12s %12s %10s %10s %11s" % ("b/wkr" if weak else "batch", "R", "global",
-              "dtrain s/s", "DDP s/s", "dtrain eff", "DDP eff", "dtrain/DDP"))
+        if weak:
+            print("%-6s %-3s %7s %12s %12s %10s %10s %11s" % ("b/wkr", "R", "global", "dtrain s/s",
+                  "DDP s/s", "dtrain eff", "DDP eff", "dtrain/DDP"))
+        else:
+            print("%-3s %12s %12s %10s %10s %13s" % ("R", "dtrain s/s", "DDP s/s", "dtrain eff",
+                  "DDP eff", "dtrain/DDP"))
         for b in sizes:
             for R in sorted({r["workers"] for r in runs}):
                 n, c = ("loopback", "none") if R == 1 else (net, comp)
                 d, t = sps.get((n, R, "dtrain", b, c)), sps.get((n, R, "ddp", b, c))
                 if d is None and t is None:
                     continue
-                print("%-6d %-3d %7d %12s %12s %10s %10s %11s" % (b, R, b * R if weak else b, cell(d), cell(t),
-                      eff(d, "dtrain", R, b), eff(t, "ddp", R, b), "%.2fx" % (d / t) if d and t else "n/a"))
+                ratio = "%.2fx" % (d / t) if d and t else "n/a"
+                if weak:
+                    print("%-6d %-3d %7d %12s %12s %10s %10s %11s" % (b, R, b * R, cell(d), cell(t),
+                          eff(d, "dtrain", R, b), eff(t, "ddp", R, b), ratio))
+                else:
+                    print("%-3d %12s %12s %10s %10s %13s" % (R, cell(d), cell(t), eff(d, "dtrain", R, b),
+                          eff(t, "ddp", R, b), ratio))
 idle = sorted(r["idle_pct"] for r in runs if r.get("idle_pct") is not None)
 if idle:
     print("\nCPU idle just before each run: %d%% to %d%% (median %d%%); below ~80%% other work on the "
