@@ -52,6 +52,8 @@ static void usage(FILE *f)
            "       dtrain [--addr CHIEF] bench train --workers R --model M.json --batch B\n"
            "                         [--steps N] [--warmup W] [--data SPEC] [--optimizer OPT]\n"
            "                         [--token-file FILE] [--timeout SEC] [--json]\n"
+           "                         [--compression none|bf16|f16] [--bucket-mb MB]\n"
+           "                         [--first-bucket-mb MB]\n"
            "       dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]\n"
            "                              [--wire f32|bf16|f16] [--streams K] [--verify]\n"
            "                              [--no-stream] [--timeout SEC] [--json]\n\n"
@@ -69,19 +71,30 @@ static void usage(FILE *f)
            "  --timeout SEC bounds the run (default 1800; the job is then cancelled). Exit 1\n"
            "  when the job fails. --json prints {\"world_size\", \"batch\", \"samples_per_s\",\n"
            "  \"step_s\", \"timed_steps\", \"first_timed_step\", \"job_steps\", \"job\",\n"
-           "  \"optimizer\"}.\n");
+           "  \"optimizer\", \"compression\"}. --compression sets the job's\n"
+           "  $.strategy.compression (bf16 = bfloat16, f16 = float16: gradients on a 16-bit\n"
+           "  wire); --bucket-mb and --first-bucket-mb its fusion buckets (defaults 25 and 1).\n");
 }
 
 static int bench_train(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, NULL, 'm'},   {"batch", required_argument, NULL, 'b'},
-        {"threads", required_argument, NULL, 't'}, {"steps", required_argument, NULL, 's'},
-        {"warmup", required_argument, NULL, 'w'},  {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},          {"workers", required_argument, NULL, 'R'},
-        {"addr", required_argument, NULL, 'a'},    {"token-file", required_argument, NULL, 'T'},
-        {"data", required_argument, NULL, 'd'},    {"optimizer", required_argument, NULL, 'o'},
-        {"timeout", required_argument, NULL, 'O'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, NULL, 'm'},
+                                         {"batch", required_argument, NULL, 'b'},
+                                         {"threads", required_argument, NULL, 't'},
+                                         {"steps", required_argument, NULL, 's'},
+                                         {"warmup", required_argument, NULL, 'w'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {"workers", required_argument, NULL, 'R'},
+                                         {"addr", required_argument, NULL, 'a'},
+                                         {"token-file", required_argument, NULL, 'T'},
+                                         {"data", required_argument, NULL, 'd'},
+                                         {"optimizer", required_argument, NULL, 'o'},
+                                         {"timeout", required_argument, NULL, 'O'},
+                                         {"compression", required_argument, NULL, 'C'},
+                                         {"bucket-mb", required_argument, NULL, 'B'},
+                                         {"first-bucket-mb", required_argument, NULL, 'F'},
+                                         {0, 0, 0, 0}};
     const char *model = NULL;
     int batch = 64, threads = 0, steps = 50, warmup = -1, c;
     bool json = false;
@@ -135,6 +148,30 @@ static int bench_train(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'C':
+            if (!strcmp(optarg, "bf16") || !strcmp(optarg, "bfloat16"))
+                co.compression = "bfloat16";
+            else if (!strcmp(optarg, "f16") || !strcmp(optarg, "float16"))
+                co.compression = "float16";
+            else if (!strcmp(optarg, "none") || !strcmp(optarg, "f32"))
+                co.compression = "none";
+            else {
+                fprintf(stderr, "dtrain bench train: --compression %s: give none, bf16 or f16\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'B':
+        case 'F': {
+            double mb = strtod(optarg, &end);
+            if (*end || !(mb > 0 && mb <= 1024)) {
+                fprintf(stderr, "dtrain bench train: --%s %s: give 0 < MB <= 1024\n",
+                        c == 'B' ? "bucket-mb" : "first-bucket-mb", optarg);
+                return 2;
+            }
+            *(c == 'B' ? &co.bucket_mb : &co.first_bucket_mb) = mb;
+            break;
+        }
         case 'h':
             usage(stdout);
             return 0;
@@ -157,9 +194,10 @@ static int bench_train(int argc, char **argv)
         co.json = json;
         return dt_cli_bench_train_cluster(&co);
     }
-    if (co.data || co.optimizer) {
+    if (co.data || co.optimizer || co.compression || co.bucket_mb || co.first_bucket_mb) {
         fprintf(stderr,
-                "dtrain bench train: --data and --optimizer need a cluster (--workers R)\n");
+                "dtrain bench train: --data, --optimizer, --compression and the bucket sizes "
+                "need a cluster (--workers R)\n");
         return 2;
     }
     if (warmup < 0)

@@ -10,16 +10,19 @@
 #include <stdbool.h>
 
 typedef struct dt_bench_train_opts {
-    const char *model;      /* Keras model JSON file */
-    const char *addr;       /* --addr, or NULL: DTRAIN_ADDR, TF_CONFIG's chief, 127.0.0.1:7000 */
-    const char *token_file; /* --token-file, or NULL: DTRAIN_TOKEN_FILE */
-    const char *data;       /* --data: a training split (inline JSON or a file), or NULL */
-    const char *optimizer;  /* --optimizer: a Keras name or {"class_name", "config"}, or NULL */
-    int batch;              /* the global batch */
-    int steps;              /* timed steps */
-    int warmup;             /* steps before the timed ones */
-    int workers;            /* --workers: the world size the cluster must have, or 0: any */
-    double timeout_s;       /* the whole run */
+    const char *model;       /* Keras model JSON file */
+    const char *addr;        /* --addr, or NULL: DTRAIN_ADDR, TF_CONFIG's chief, 127.0.0.1:7000 */
+    const char *token_file;  /* --token-file, or NULL: DTRAIN_TOKEN_FILE */
+    const char *data;        /* --data: a training split (inline JSON or a file), or NULL */
+    const char *optimizer;   /* --optimizer: a Keras name or {"class_name", "config"}, or NULL */
+    int batch;               /* the global batch */
+    int steps;               /* timed steps */
+    int warmup;              /* steps before the timed ones */
+    int workers;             /* --workers: the world size the cluster must have, or 0: any */
+    const char *compression; /* --compression: $.strategy.compression ("bfloat16"), or NULL */
+    double bucket_mb;        /* --bucket-mb: $.strategy.bucket_mb, or 0: the default */
+    double first_bucket_mb;  /* --first-bucket-mb: $.strategy.first_bucket_mb, or 0 */
+    double timeout_s;        /* the whole run */
     bool json;
 } dt_bench_train_opts;
 

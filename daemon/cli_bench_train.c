@@ -121,6 +121,15 @@ static cJSON *build_spec(const dt_bench_train_opts *o)
     cJSON_AddNumberToObject(fit, "steps_per_epoch", o->warmup + o->steps);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(spec, "checkpoint"), "save_freq",
                             NO_CHECKPOINT_STEPS);
+    if (o->compression || o->bucket_mb || o->first_bucket_mb) {
+        cJSON *st = cJSON_AddObjectToObject(spec, "strategy");
+        if (o->compression)
+            cJSON_AddStringToObject(st, "compression", o->compression);
+        if (o->bucket_mb)
+            cJSON_AddNumberToObject(st, "bucket_mb", o->bucket_mb);
+        if (o->first_bucket_mb)
+            cJSON_AddNumberToObject(st, "first_bucket_mb", o->first_bucket_mb);
+    }
     return spec;
 }
 
@@ -320,15 +329,18 @@ int dt_cli_bench_train_cluster(const dt_bench_train_opts *o)
         cJSON_AddNumberToObject(j, "job_steps", (double)f.steps);
         cJSON_AddStringToObject(j, "job", id);
         cJSON_AddStringToObject(j, "optimizer", o->optimizer ? o->optimizer : "sgd");
+        cJSON_AddStringToObject(j, "compression", o->compression ? o->compression : "none");
         char *s = cJSON_PrintUnformatted(j);
         printf("%s\n", s);
         free(s);
         cJSON_Delete(j);
     } else {
-        printf("model %s, %d worker%s, global batch %d, steps %llu..%llu of job %s timed:\n"
-               "%.1f samples/s, %.3f ms/step (%.1f samples/s per worker)\n",
-               o->model, R, R == 1 ? "" : "s", o->batch, (unsigned long long)start.step + 1,
-               (unsigned long long)f.end.step, id, sps, step_s * 1e3, sps / R);
+        printf("model %s, %d worker%s, global batch %d, gradient wire %s, steps %llu..%llu of job "
+               "%s timed:\n%.1f samples/s, %.3f ms/step (%.1f samples/s per worker)\n",
+               o->model, R, R == 1 ? "" : "s", o->batch,
+               o->compression && strcmp(o->compression, "none") ? o->compression : "float32",
+               (unsigned long long)start.step + 1, (unsigned long long)f.end.step, id, sps,
+               step_s * 1e3, sps / R);
     }
 out:
     cJSON_Delete(spec);

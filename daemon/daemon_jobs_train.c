@@ -140,7 +140,8 @@ typedef struct ring_ctx {
     size_t npending, cap;
 } ring_ctx;
 
-static dt_status ring_allreduce_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+static dt_status ring_start(void *ctx, float *buf, size_t n, dt_comm_wire wire, void **req,
+                            dt_err *err)
 {
     ring_ctx *rc = ctx;
     if (rc->npending == rc->cap) {
@@ -151,10 +152,24 @@ static dt_status ring_allreduce_start(void *ctx, float *buf, size_t n, void **re
         rc->pending = p;
         rc->cap = cap;
     }
-    DT_TRY(dt_comm_allreduce_start(rc->c, buf, n, DT_COMM_SUM, DT_COMM_F32, ALLREDUCE_TIMEOUT_MS,
+    DT_TRY(dt_comm_allreduce_start(rc->c, buf, n, DT_COMM_SUM, wire, ALLREDUCE_TIMEOUT_MS,
                                    (dt_comm_req **)req, err));
     rc->pending[rc->npending++] = *req;
     return DT_OK;
+}
+
+static dt_status ring_allreduce_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+{
+    return ring_start(ctx, buf, n, DT_COMM_F32, req, err);
+}
+
+/* $.strategy.compression: the gradient buckets on a 16-bit wire. */
+static dt_status ring_allreduce_start_compressed(void *ctx, float *buf, size_t n,
+                                                 dt_jobspec_compression wire, void **req,
+                                                 dt_err *err)
+{
+    return ring_start(ctx, buf, n, wire == DT_JOBSPEC_COMPRESS_FLOAT16 ? DT_COMM_F16 : DT_COMM_BF16,
+                      req, err);
 }
 
 static dt_status ring_wait(void *ctx, void *req, dt_err *err)
@@ -232,7 +247,8 @@ static dt_status comm_open(jrun *r, dt_train_comm *out, dt_err *err)
                            .world = r->world,
                            .allreduce_start = ring_allreduce_start,
                            .wait = ring_wait,
-                           .broadcast = ring_broadcast};
+                           .broadcast = ring_broadcast,
+                           .allreduce_start_compressed = ring_allreduce_start_compressed};
 out:
     free(addrs);
     free(names);

@@ -401,15 +401,32 @@ static dt_status parse_fit(const cJSON *root, dt_jobspec *s, dt_err *err)
     return DT_OK;
 }
 
+/* $.strategy.KEY: a bucket size in MiB, (0, 1024]; absent or null keeps *out. */
+static dt_status get_mb(const cJSON *o, const char *key, double *out, dt_err *err)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!b || cJSON_IsNull(b))
+        return DT_OK;
+    if (!cJSON_IsNumber(b) || !isfinite(b->valuedouble) || b->valuedouble <= 0 ||
+        b->valuedouble > 1024)
+        return dt_err_set(err, DT_EINVAL, "$.strategy.%s: must be a number in (0, 1024], got %s",
+                          key, cJSON_IsNumber(b) ? "a number out of range" : type_name(b));
+    *out = b->valuedouble;
+    return DT_OK;
+}
+
 static dt_status parse_strategy(const cJSON *root, dt_jobspec *s, dt_err *err)
 {
     const cJSON *o;
     DT_TRY(get_object(root, "strategy", false, &o, err));
     s->communication = DT_JOBSPEC_COMM_AUTO;
     s->bucket_mb = 25;
+    s->first_bucket_mb = 1;
+    s->compression = DT_JOBSPEC_COMPRESS_NONE;
     if (!o)
         return DT_OK;
-    static const char *const keys[] = {"communication", "bucket_mb", NULL};
+    static const char *const keys[] = {"communication", "bucket_mb", "first_bucket_mb",
+                                       "compression", NULL};
     DT_TRY(check_keys(o, "$.strategy", keys, err));
     const char *c;
     DT_TRY(get_string(o, "communication", "$.strategy", &c, err));
@@ -424,14 +441,21 @@ static dt_status parse_strategy(const cJSON *root, dt_jobspec *s, dt_err *err)
             return dt_err_set(err, DT_EINVAL,
                               "$.strategy.communication: \"%s\": use AUTO, RING or NCCL", c);
     }
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "bucket_mb");
-    if (b && !cJSON_IsNull(b)) {
-        if (!cJSON_IsNumber(b) || !isfinite(b->valuedouble) || b->valuedouble <= 0 ||
-            b->valuedouble > 1024)
+    DT_TRY(get_mb(o, "bucket_mb", &s->bucket_mb, err));
+    DT_TRY(get_mb(o, "first_bucket_mb", &s->first_bucket_mb, err));
+    DT_TRY(get_string(o, "compression", "$.strategy", &c, err));
+    if (c) {
+        if (!strcmp(c, "none"))
+            s->compression = DT_JOBSPEC_COMPRESS_NONE;
+        else if (!strcmp(c, "float16"))
+            s->compression = DT_JOBSPEC_COMPRESS_FLOAT16;
+        else if (!strcmp(c, "bfloat16"))
+            s->compression = DT_JOBSPEC_COMPRESS_BFLOAT16;
+        else
             return dt_err_set(err, DT_EINVAL,
-                              "$.strategy.bucket_mb: must be a number in (0, 1024], got %s",
-                              cJSON_IsNumber(b) ? "a number out of range" : type_name(b));
-        s->bucket_mb = b->valuedouble;
+                              "$.strategy.compression: \"%s\": use \"none\" (exact float32, the "
+                              "default), \"float16\" or \"bfloat16\"",
+                              c);
     }
     return DT_OK;
 }
@@ -595,5 +619,17 @@ const char *dt_jobspec_comm_name(dt_jobspec_comm c)
         return "NCCL";
     default:
         return "AUTO";
+    }
+}
+
+const char *dt_jobspec_compression_name(dt_jobspec_compression c)
+{
+    switch (c) {
+    case DT_JOBSPEC_COMPRESS_FLOAT16:
+        return "float16";
+    case DT_JOBSPEC_COMPRESS_BFLOAT16:
+        return "bfloat16";
+    default:
+        return "none";
     }
 }

@@ -53,6 +53,15 @@ typedef enum dt_jobspec_comm {
     DT_JOBSPEC_COMM_NCCL,
 } dt_jobspec_comm;
 
+/* $.strategy.compression: the wire format of the gradient all-reduces (opt-in, as DDP's
+ * fp16/bf16 compress hooks and Horovod's Compression.fp16). Weights, BatchNormalization
+ * statistics and metrics always travel as exact float32. */
+typedef enum dt_jobspec_compression {
+    DT_JOBSPEC_COMPRESS_NONE = 0, /* "none": float32, exact */
+    DT_JOBSPEC_COMPRESS_FLOAT16,  /* "float16": IEEE half, round to nearest even */
+    DT_JOBSPEC_COMPRESS_BFLOAT16, /* "bfloat16": float32's range, 8 bits of mantissa */
+} dt_jobspec_compression;
+
 typedef struct dt_jobspec {
     char name[DT_JOBSPEC_NAME_LEN]; /* $.name; default "job"; [A-Za-z0-9._-] only */
 
@@ -81,6 +90,10 @@ typedef struct dt_jobspec {
     /* $.strategy */
     dt_jobspec_comm communication; /* default AUTO */
     double bucket_mb;              /* default 25; (0, 1024] */
+    /* The bucket of the last layers, which goes on the wire first: small, so the all-reduce
+     * starts while most of backward is still to run (DDP's 1 MB first bucket). */
+    double first_bucket_mb;             /* default 1; (0, 1024] */
+    dt_jobspec_compression compression; /* default NONE */
 
     /* $.checkpoint; has_checkpoint false when absent (the trainer then uses its own dir). */
     bool has_checkpoint;
@@ -123,5 +136,7 @@ dt_status dt_jobspec_check_read(const char *root, const char *path, const char *
                                 dt_err *err);
 
 const char *dt_jobspec_comm_name(dt_jobspec_comm c);
+/* "none", "float16" or "bfloat16". */
+const char *dt_jobspec_compression_name(dt_jobspec_compression c);
 
 #endif

@@ -144,7 +144,20 @@ struct dt__nn_ctx {
     bool training;
     dt_rng *rng;
     float *col; /* im2col scratch */
+    /* Training backward only (else NULL): see dt__nn_weights_done. */
+    void (*weights_done)(dt__nn_ctx *c, dt__nn_layer *l);
+    void *owner;
 };
+
+/* A layer's backward calls this once its weight gradients are final and before it computes
+ * dx: the model then hands them to the grad-ready hook, so their all-reduce runs while dx is
+ * computed (a big Dense's all-reduce starts before its dx GEMM). Optional: a layer that does
+ * not call it is reported after its backward. */
+static inline void dt__nn_weights_done(dt__nn_ctx *c, dt__nn_layer *l)
+{
+    if (c->weights_done)
+        c->weights_done(c, l);
+}
 
 /* Input i's output and gradient. need_dx: whether the producer wants a gradient (not an
  * InputLayer). take_acc: false for the first writer of the producer's dy, true after. */

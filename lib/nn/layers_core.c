@@ -150,6 +150,7 @@ static void dense_backward(dt__nn_layer *l, dt__nn_ctx *c)
                    l->units, 0.0f, l->w[0].grad, l->units);
     if (l->use_bias && l->w[1].grad)
         c->ops->bias_grad(l->dy, rows, l->units, l->w[1].grad, false);
+    dt__nn_weights_done(c, l);
     if (dt__nn_need_dx(c, l, 0)) { /* dx (rows, in) = dz kernel^T */
         bool acc;
         float *dx = dt__nn_dx(c, l, 0, &acc);

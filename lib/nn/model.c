@@ -28,6 +28,12 @@ struct dt_model {
     float *host_pred; /* (reserved, output size) host copy of the predictions */
     dt_model_grad_ready_fn grad_ready;
     void *grad_ready_ctx;
+    /* The train step in progress: regularization so far, its scale, the lowest final grad
+     * offset, and the layer whose grads were reported from inside its backward. */
+    double step_reg;
+    float step_reg_scale;
+    size_t step_ready;
+    const dt__nn_layer *step_early;
 };
 
 static dt__nn_layer *root(dt_model *m, dt__nn_layer *l)
@@ -607,6 +613,28 @@ static bool layer_has_grads(const dt__nn_layer *ly)
     return false;
 }
 
+/* Layer ly's gradients are final: its regularizers are added, then the grad-ready hook learns
+ * that the grads from its first trainable weight on may go. Once per layer and step: from
+ * inside its backward (dt__nn_weights_done, before its dx) or right after it. */
+static void grads_final(dt_model *m, const dt__nn_layer *ly)
+{
+    m->step_reg += layer_regularize(m, ly, m->step_reg_scale);
+    for (int j = 0; j < ly->n_w; j++) {
+        const dt_model_weight *w = &m->weights[ly->w[j].pub];
+        if (w->trainable && w->offset < m->step_ready)
+            m->step_ready = w->offset;
+    }
+    if (m->grad_ready && layer_has_grads(ly))
+        m->grad_ready(m->grad_ready_ctx, m->step_ready);
+}
+
+static void on_weights_done(dt__nn_ctx *c, dt__nn_layer *l)
+{
+    dt_model *m = c->owner;
+    grads_final(m, l);
+    m->step_early = l;
+}
+
 void dt_model_set_grad_ready(dt_model *m, dt_model_grad_ready_fn fn, void *ctx)
 {
     m->grad_ready = fn;
@@ -626,14 +654,18 @@ dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_b
 
     /* Backward in reverse topological order. The output's dy was written by the loss; every
      * other dy is written by its first consumer and added to by the rest. Weights are laid out
-     * layer by layer in this order, so once layer i is done (regularizers included) the grads
-     * from its first trainable weight on are final and the hook may take them. */
+     * layer by layer in this order, so once layer i's weight gradients are done (regularizers
+     * included; a Dense says so before its dx) the grads from its first trainable weight on are
+     * final and the hook may take them. */
     dt__nn_ctx c = ctx(m, b->n, true);
+    c.weights_done = on_weights_done;
+    c.owner = m;
     for (int i = 0; i < m->g.n; i++)
         m->g.layers[i].dy_written = false;
     root(m, &m->g.layers[m->g.output])->dy_written = true;
-    double reg = 0;
-    size_t ready = m->n_params;
+    m->step_reg = 0;
+    m->step_reg_scale = (float)b->n / (float)global_batch;
+    m->step_ready = m->n_params;
     for (int i = m->g.n - 1; i >= 1; i--) {
         dt__nn_layer *ly = &m->g.layers[i];
         if (!ly->alias && !ly->dy_written) { /* feeds nothing that reaches the output */
@@ -641,17 +673,14 @@ dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_b
                 if (ly->w[j].grad)
                     m->ops->fill(dt__nn_shape_size(&ly->w[j].shape), 0.0f, ly->w[j].grad);
         } else {
+            m->step_early = NULL;
             ly->vt->backward(ly, &c);
+            if (m->step_early == ly)
+                continue;
         }
-        reg += layer_regularize(m, ly, (float)b->n / (float)global_batch);
-        for (int j = 0; j < ly->n_w; j++) {
-            const dt_model_weight *w = &m->weights[ly->w[j].pub];
-            if (w->trainable && w->offset < ready)
-                ready = w->offset;
-        }
-        if (m->grad_ready && layer_has_grads(ly))
-            m->grad_ready(m->grad_ready_ctx, ready);
+        grads_final(m, ly);
     }
+    double reg = m->step_reg;
     if (m->grad_ready && m->n_params == 0)
         m->grad_ready(m->grad_ready_ctx, 0);
 

@@ -145,11 +145,12 @@ dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_b
                               int global_batch, dt_step_stats *stats, dt_err *err);
 
 /* Called by dt_model_train_step's backward each time the gradients grads[offset, n_params) are
- * final: after the backward (and the regularizer gradients) of every layer holding trainable
- * weights, so offsets strictly decrease and the last call has offset 0 (one call with 0 when the
- * model has no trainable weight). Lets a trainer start reducing the gradients of the last layers
- * while the first ones are still being computed. Runs on the trainer's thread, inside the step;
- * it must not touch the model. */
+ * final: after the weight gradients (and the regularizer gradients) of every layer holding
+ * trainable weights - a Dense calls it before computing its input gradient, so a trainer's
+ * all-reduce of its (often big) kernel runs during that GEMM - so offsets strictly decrease and the
+ * last call has offset 0 (one call with 0 when the model has no trainable weight). Lets a trainer
+ * start reducing the gradients of the last layers while the first ones are still being computed.
+ * Runs on the trainer's thread, inside the step; it must not touch the model. */
 typedef void (*dt_model_grad_ready_fn)(void *ctx, size_t offset);
 /* Sets (fn NULL: clears) the hook of the following steps. */
 void dt_model_set_grad_ready(dt_model *m, dt_model_grad_ready_fn fn, void *ctx);

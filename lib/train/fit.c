@@ -41,6 +41,16 @@ struct dt_trainer {
     dt_err hook_err;
     float *tail; /* (state size + 4): moving statistics and metrics of one step */
 
+    /* Where an epoch's steps spend their time (the first step of an epoch left out: it warms
+     * caches and pages), logged at the epoch's end: the exposed wait is the all-reduce time
+     * that backward did not hide. Seconds, summed over n steps. */
+    struct {
+        double data, compute, wait, update;
+        double ahead; /* the first bucket's start to the end of backward: the overlap window */
+        int64_t n;
+    } phase;
+    double first_start; /* when this step's first bucket was started */
+
     dt_tfevents *tb;
 };
 
@@ -74,8 +84,14 @@ static dt_status start_bucket(dt_trainer *t, dt_err *err)
     float *g = dt_model_grads(t->m, &n);
     size_t k = t->started;
     t->reqs[k] = NULL;
-    DT_TRY(t->comm->allreduce_start(t->comm->ctx, g + t->lo[k], t->hi[k] - t->lo[k], &t->reqs[k],
-                                    err));
+    if (k == 0)
+        t->first_start = dt_wall_s();
+    const dt_train_comm *c = t->comm;
+    if (t->spec->compression != DT_JOBSPEC_COMPRESS_NONE)
+        DT_TRY(c->allreduce_start_compressed(c->ctx, g + t->lo[k], t->hi[k] - t->lo[k],
+                                             t->spec->compression, &t->reqs[k], err));
+    else
+        DT_TRY(c->allreduce_start(c->ctx, g + t->lo[k], t->hi[k] - t->lo[k], &t->reqs[k], err));
     t->started++;
     return DT_OK;
 }
@@ -89,6 +105,12 @@ static void on_grad_ready(void *ctx, size_t offset)
         return;
     while (t->hook_st == DT_OK && t->started < t->nbuckets && t->lo[t->started] >= offset)
         t->hook_st = start_bucket(t, &t->hook_err);
+}
+
+static size_t mb_floats(double mb)
+{
+    size_t n = (size_t)(mb * 1048576.0 / sizeof(float));
+    return n ? n : 1;
 }
 
 /* Bucket plan: cut at layer boundaries once a bucket holds bucket_mb. Every replica computes
@@ -120,20 +142,27 @@ static dt_status plan_buckets(dt_trainer *t, dt_err *err)
         if (!ns || w->offset > starts[ns - 1])
             starts[ns++] = w->offset;
     }
-    size_t cap = (size_t)(t->spec->bucket_mb * 1048576.0 / sizeof(float));
-    if (cap < 1)
-        cap = 1;
+    /* The first bucket (the last layers) is small so that the wire starts early: with one big
+     * bucket nothing moves until backward ends. A layer is never split, so a bucket may hold
+     * more than its cap. */
+    size_t cap = mb_floats(t->spec->bucket_mb), first_cap = mb_floats(t->spec->first_bucket_mb);
     size_t hi = np;
     t->nbuckets = 0;
     for (size_t i = ns; i-- > 0;) {
-        if (starts[i] < hi && (hi - starts[i] >= cap || i == 0)) {
+        size_t c = t->nbuckets ? cap : first_cap;
+        if (starts[i] < hi && (hi - starts[i] >= c || i == 0)) {
             t->lo[t->nbuckets] = i == 0 ? 0 : starts[i];
             t->hi[t->nbuckets++] = hi;
             hi = t->lo[t->nbuckets - 1];
         }
     }
     free(starts);
-    DT_DEBUG("train", "%zu fusion buckets over %zu gradients", t->nbuckets, np);
+    DT_INFO(
+        "train", "%zu fusion bucket%s over %zu gradients (first >= %g MiB, then %g MiB), wire %s",
+        t->nbuckets, t->nbuckets == 1 ? "" : "s", np, t->spec->first_bucket_mb, t->spec->bucket_mb,
+        t->spec->compression == DT_JOBSPEC_COMPRESS_NONE
+            ? "float32"
+            : dt_jobspec_compression_name(t->spec->compression));
     return DT_OK;
 }
 
@@ -401,6 +430,7 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     t->started = 0;
     t->hook_st = DT_OK;
     dt_step_stats s = {0};
+    double t0 = dt_wall_s();
     if (b->n > 0) {
         dt_model_batch mb = {.x = b->x, .labels = b->y_i32, .targets = b->y_f32, .n = b->n};
         /* The model scales by 1/global batch; global_n is the step's true count on all replicas,
@@ -415,6 +445,9 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     }
     /* The step's small collective: BatchNormalization's moving statistics and the metrics, in
      * one all-reduce started right behind the last gradient bucket (one round trip, not two). */
+    double t1 = dt_wall_s();
+    if (t->started > 0)
+        t->phase.ahead += t1 - t->first_start;
     size_t ns;
     float *state = dt_model_state(t->m, &ns);
     bool cancel = t->opts.cancel && atomic_load(t->opts.cancel);
@@ -438,7 +471,11 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
             state[i] = t->tail[i] * inv;
     }
     t->comm = NULL;
+    double t2 = dt_wall_s();
     DT_TRY(dt_optim_step(t->opt, err));
+    t->phase.compute += t1 - t0;
+    t->phase.wait += t2 - t1;
+    t->phase.update += dt_wall_s() - t2;
     step->loss = mv[0];
     step->correct = mv[1];
     step->n = mv[2];
@@ -499,6 +536,27 @@ static dt_status write_final(dt_trainer *t, const position *pos, dt_train_result
     return DT_OK;
 }
 
+/* The step's phases over the epoch, per step: what a step costs, and how much of the
+ * all-reduce the overlap with backward left exposed. */
+static void log_phases(dt_trainer *t, int epoch)
+{
+    double n = (double)t->phase.n;
+    if (n < 1)
+        return;
+    double data = t->phase.data / n * 1e3, comp = t->phase.compute / n * 1e3;
+    double wait = t->phase.wait / n * 1e3, upd = t->phase.update / n * 1e3;
+    double ahead = t->phase.ahead / n * 1e3;
+    double step = data + comp + wait + upd;
+    /* ahead + wait is how long the gradients were on the wire: close to the wire time alone
+     * when the ring progresses while backward runs, ahead + wire time when it does not. */
+    DT_INFO("train",
+            "epoch %d: %.2f ms/step over %" PRId64 " steps: data %.2f, forward+backward %.2f, "
+            "all-reduce wait after backward %.2f (%.0f%% of the step), update %.2f; the first "
+            "bucket went out %.2f ms before backward ended (all-reduces in flight %.2f ms)",
+            epoch + 1, step, t->phase.n, data, comp, wait, step > 0 ? 100 * wait / step : 0, upd,
+            ahead, ahead + wait);
+}
+
 static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res, dt_err *err)
 {
     bool chief = c->rank == 0;
@@ -526,10 +584,16 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             pg->epoch_begin(pg->ctx, e, epochs, t->steps);
         sums ep = {0};
         double t0 = dt_wall_s();
+        int64_t first_step = pos.step;
         for (; pos.step < t->steps; pos.step++) {
             double ts = dt_wall_s();
             const dt_batch *b;
             DT_TRY(dt_pipeline_next(t->p, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
+            if (pos.step == first_step) /* the epoch's first step is not counted */
+                memset(&t->phase, 0, sizeof t->phase);
+            else
+                t->phase.n++;
+            t->phase.data += dt_wall_s() - ts;
             if (!b)
                 return dt_err_set(err, DT_ESTATE,
                                   "train: the data ended at step %" PRId64 " of %" PRId64, pos.step,
@@ -587,6 +651,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             }
         }
         double secs = dt_wall_s() - t0;
+        log_phases(t, e);
         dt_train_epoch_info ei = {
             .epoch = e,
             .epochs = epochs,
@@ -654,6 +719,12 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
     if (comm->world > 1 && (!comm->allreduce_start || !comm->wait || !comm->broadcast))
         return dt_err_set(err, DT_EINVAL, "train: the comm lacks a collective for world %d",
                           comm->world);
+    if (comm->world > 1 && t->spec->compression != DT_JOBSPEC_COMPRESS_NONE &&
+        !comm->allreduce_start_compressed)
+        return dt_err_set(err, DT_ENOTSUP,
+                          "$.strategy.compression: \"%s\": this comm carries float32 only; "
+                          "use \"none\"",
+                          dt_jobspec_compression_name(t->spec->compression));
     dt_status st = fit(t, comm, res, err);
     t->comm = NULL;
     res->weights_hash = dt_train_weights_hash(t->m);

@@ -21,9 +21,12 @@
  *   1. the next batch of this rank's pipeline (global batch / R examples, maybe fewer or none
  *      near an epoch's end: a replica with n == 0 contributes zero gradients and zero examples);
  *   2. forward + backward (the model scales gradients by 1 / global batch);
- *   3. gradients all-reduced (SUM) in buckets of strategy.bucket_mb cut at layer boundaries,
- *      last layer first; each bucket is started from the model's grad-ready hook as soon as
- *      backward has finished its layers, so the wire works while backward goes on;
+ *   3. gradients all-reduced (SUM) in buckets cut at layer boundaries, last layer first: the
+ *      first holds at least strategy.first_bucket_mb (default 1 MiB), the others bucket_mb
+ *      (25), as DDP cuts them; each bucket is started from the model's grad-ready hook as soon
+ *      as backward has finished its layers, so the wire works while backward goes on (one big
+ *      bucket would start only when backward ends). With strategy.compression the buckets
+ *      travel as float16 / bfloat16 (comm.allreduce_start_compressed);
  *   4. one small all-reduce behind the last bucket: BatchNormalization's moving statistics
  *      (then divided by R) and the metrics (loss * n, correct, n, cancel). A cancel seen by
  *      any replica stops every replica after the same step, so a cancel never leaves a peer
@@ -89,6 +92,12 @@ typedef struct dt_train_comm {
     dt_status (*wait)(void *ctx, void *req, dt_err *err);
     /* Copies root's buf[0..bytes) to every rank (blocking). */
     dt_status (*broadcast)(void *ctx, void *buf, size_t bytes, int root, dt_err *err);
+    /* Optional: allreduce_start with the values carried in a 16-bit wire format (the spec's
+     * $.strategy.compression, never NONE here); fit uses it for gradient buckets only. The
+     * result must still be bitwise identical on every rank. NULL: the comm cannot compress, and
+     * fit refuses a spec that asks for it on more than one replica. */
+    dt_status (*allreduce_start_compressed)(void *ctx, float *buf, size_t n,
+                                            dt_jobspec_compression wire, void **req, dt_err *err);
 } dt_train_comm;
 
 /* A comm for a single process (world 1): all-reduce and broadcast do nothing. */

@@ -3,7 +3,8 @@
 Dense(10)) trained with DistributedDataParallel on the gloo backend, on Fashion-MNIST.
 
   python3 ddp_train.py --rank I --world R --master ADDR:PORT [--steps N] [--warmup W]
-                       [--global-batch 64] [--threads 1] [--iface IFACE] [--data DIR] [--json]
+                       [--global-batch 64] [--threads 1] [--iface IFACE] [--data DIR]
+                       [--compression none|bf16|f16] [--json]
 
 One process per rank, started by the caller (scripts/bench/train-vs-ddp.sh puts each on its own
 netns host, or all on loopback). The global batch is split evenly across ranks (64 / R each); rank r
@@ -12,7 +13,11 @@ does; only the images the run reads are decoded. Adam (lr 0.001), cross-entropy 
 intra-op thread per rank. Images are decoded once into a uint8 tensor; each step converts its
 share to float / 255 (that cost is part of a step, as a data pipeline's is). After W warm-up steps and a barrier, N steps are timed; step_s is the
 slowest rank's mean step, samples_per_s = global batch / step_s. Rank 0 prints
-{"world_size", "batch", "samples_per_s", "step_s", "loss", "torch"} with --json, else a line.
+{"world_size", "batch", "samples_per_s", "step_s", "loss", "torch", "compression"} with --json,
+else a line. --compression f16 registers torch's fp16_compress_hook (gradient buckets
+all-reduced as float16), the peer of dtrain's $.strategy.compression; bf16 is refused with the
+reason (torch's bf16_compress_hook needs NCCL, and gloo cannot reduce bfloat16), so a bf16 run
+of dtrain is compared with DDP's f16 hook, which puts the same bytes on the wire.
 """
 import argparse
 import datetime
@@ -54,10 +59,16 @@ def main():
     p.add_argument("--iface", help="GLOO_SOCKET_IFNAME: the interface gloo's pairs use")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--timeout", type=float, default=120, help="seconds for rendezvous and each call")
+    p.add_argument("--compression", choices=("none", "bf16", "f16"), default="none",
+                   help="gradient buckets on a 16-bit wire (DDP comm hook)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     if a.global_batch % a.world:
         raise SystemExit("ddp_train: global batch %d does not split over %d ranks" % (a.global_batch, a.world))
+    if a.compression == "bf16":
+        raise SystemExit("ddp_train: torch's bf16_compress_hook needs CUDA and NCCL, and gloo cannot "
+                         "all-reduce bfloat16 (torch 1.13: 'Invalid scalar type'); use --compression "
+                         "f16 (fp16_compress_hook: the same 2 bytes per gradient)")
     if a.iface:
         os.environ["GLOO_SOCKET_IFNAME"] = a.iface
     import torch
@@ -81,6 +92,9 @@ def main():
     model = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                           nn.Linear(5408, 64), nn.ReLU(), nn.Linear(64, 10))
     ddp = DDP(model)
+    if a.compression != "none":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
     steps_per_epoch = n // a.global_batch
 
@@ -106,13 +120,13 @@ def main():
     dist.all_reduce(el, op=dist.ReduceOp.MAX)
     step_s = el.item()
     out = {"world_size": a.world, "batch": a.global_batch, "samples_per_s": a.global_batch / step_s,
-           "step_s": step_s, "loss": loss, "torch": torch.__version__}
+           "step_s": step_s, "loss": loss, "torch": torch.__version__, "compression": a.compression}
     if a.rank == 0:
         if a.json:
             print(json.dumps(out))
         else:
-            print("DDP gloo R=%d, global batch %d: %.1f samples/s, %.3f ms/step, loss %.4f" % (
-                a.world, a.global_batch, out["samples_per_s"], step_s * 1e3, loss))
+            print("DDP gloo R=%d, global batch %d, compression %s: %.1f samples/s, %.3f ms/step, loss %.4f" % (
+                a.world, a.global_batch, a.compression, out["samples_per_s"], step_s * 1e3, loss))
     dist.destroy_process_group()
 
 

@@ -2,7 +2,7 @@
 # timeout: 90
 # `dtrain bench train --workers R` on a formed two-task cluster: it trains through the job
 # service and reports world_size 2 and a positive samples/s; --workers 3 on two tasks exits 2
-# before submitting anything; a spec the chief refuses exits non-zero.
+# before submitting anything; --compression bf16 trains on the bfloat16 wire; a spec the chief refuses exits non-zero.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
@@ -33,6 +33,23 @@ fi
 dt_assert_eq "$(jc status "$(dt_json_get job "$DT_TEST_TMP/bench.json")" --json | dt_json_get state)" \
   succeeded "the benchmark's job"
 
+# --compression bf16 with a small first bucket: the job's gradient buckets go over the ring on
+# the bfloat16 wire (each worker logs its plan), and it still trains to the end.
+jc bench train --workers 2 --model "$DT_TEST_TMP/model.json" --data "$DT_TEST_TMP/tiny.json" \
+  --batch 32 --steps 5 --compression bf16 --first-bucket-mb 0.0001 --json \
+  >"$DT_TEST_TMP/bf16.json" 2>"$DT_TEST_TMP/bf16.err" ||
+  dt_fail "bench train --compression bf16 failed: $(cat "$DT_TEST_TMP/bf16.err")"
+dt_assert_eq "$(dt_json_get compression "$DT_TEST_TMP/bf16.json")" bfloat16 "compression"
+for i in 0 1; do
+  dt_assert_contains "$(cat "$DT_TEST_TMP/bench-w$i.log")" \
+    "2 fusion buckets over 2428 gradients .* wire bfloat16" "worker:$i's bucket plan"
+done
+rc=0
+jc bench train --workers 2 --model "$DT_TEST_TMP/model.json" --compression fp8 \
+  >/dev/null 2>"$DT_TEST_TMP/fp8.err" || rc=$?
+dt_assert_eq "$rc" 2 "exit status of --compression fp8"
+dt_assert_contains "$(cat "$DT_TEST_TMP/fp8.err")" "--compression fp8: give none, bf16 or f16" "the message"
+
 # The wrong world size: exit 2 with a message naming both counts, and no job submitted.
 rc=0
 jc bench train --workers 3 --model "$DT_TEST_TMP/model.json" --data "$DT_TEST_TMP/tiny.json" \
@@ -40,7 +57,7 @@ jc bench train --workers 3 --model "$DT_TEST_TMP/model.json" --data "$DT_TEST_TM
 dt_assert_eq "$rc" 2 "exit status of --workers 3 on 2 tasks"
 dt_assert_contains "$(cat "$DT_TEST_TMP/three.err")" "--workers 3, but .* has 2 tasks" "the message"
 dt_assert_eq "$(jc jobs --json | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))')" \
-  1 "jobs after the refused run"
+  2 "jobs after the refused run"
 
 # A job the chief refuses (its data is not there) is not a result.
 rc=0

@@ -60,6 +60,8 @@ DT_TEST(jobspec_defaults)
     ASSERT_EQ(s.steps_per_epoch, 0);
     ASSERT_EQ(s.validation_freq, 1);
     ASSERT_NEAR(s.bucket_mb, 25, 0);
+    ASSERT_NEAR(s.first_bucket_mb, 1, 0);
+    ASSERT_EQ(s.compression, DT_JOBSPEC_COMPRESS_NONE);
     ASSERT_EQ(s.communication, DT_JOBSPEC_COMM_AUTO);
     ASSERT_FALSE(s.has_checkpoint);
     ASSERT_EQ(s.keep, 3);
@@ -85,7 +87,8 @@ DT_TEST(jobspec_full)
                     "\"metrics\": [\"accuracy\"]}, \"data\": {\"train\": {}}, \"fit\": "
                     "{\"epochs\": 3, \"batch_size\": 64, \"steps_per_epoch\": 10, "
                     "\"validation_freq\": 2}, \"strategy\": {\"communication\": \"ring\", "
-                    "\"bucket_mb\": 4}, \"checkpoint\": {\"dir\": \"ck\", \"save_freq\": 5, "
+                    "\"bucket_mb\": 4, \"first_bucket_mb\": 0.5, \"compression\": \"bfloat16\"}, "
+                    "\"checkpoint\": {\"dir\": \"ck\", \"save_freq\": 5, "
                     "\"keep\": 2}, \"tensorboard\": {\"log_dir\": \"tb/run1\"}",
                     &s, &err),
               &err);
@@ -96,6 +99,9 @@ DT_TEST(jobspec_full)
     ASSERT_EQ(s.validation_freq, 2);
     ASSERT_EQ(s.communication, DT_JOBSPEC_COMM_RING);
     ASSERT_NEAR(s.bucket_mb, 4, 0);
+    ASSERT_NEAR(s.first_bucket_mb, 0.5, 0);
+    ASSERT_EQ(s.compression, DT_JOBSPEC_COMPRESS_BFLOAT16);
+    ASSERT_STREQ(dt_jobspec_compression_name(s.compression), "bfloat16");
     ASSERT_TRUE(s.from_logits);
     ASSERT_TRUE(s.metric_accuracy);
     ASSERT_STREQ(s.loss, "SparseCategoricalCrossentropy");
@@ -129,6 +135,19 @@ DT_TEST(jobspec_bad_types_and_values)
     expect_fail(BASE ", \"strategy\": {\"bucket_mb\": 0}", DT_EINVAL, "$.strategy.bucket_mb");
     expect_fail(BASE ", \"strategy\": {\"communication\": \"MPI\"}", DT_EINVAL,
                 "$.strategy.communication");
+    expect_fail(BASE ", \"strategy\": {\"first_bucket_mb\": -1}", DT_EINVAL,
+                "$.strategy.first_bucket_mb: must be a number in (0, 1024]");
+    expect_fail(BASE ", \"strategy\": {\"first_bucket_mb\": \"1\"}", DT_EINVAL,
+                "$.strategy.first_bucket_mb");
+    expect_fail(BASE ", \"strategy\": {\"compression\": \"fp16\"}", DT_EINVAL,
+                "$.strategy.compression: \"fp16\": use \"none\"");
+    expect_fail(BASE ", \"strategy\": {\"compression\": \"BFLOAT16\"}", DT_EINVAL,
+                "$.strategy.compression");
+    expect_fail(BASE ", \"strategy\": {\"compression\": 16}", DT_EINVAL, "$.strategy.compression");
+    expect_fail(BASE ", \"strategy\": {\"compression\": \"\"}", DT_EINVAL,
+                "$.strategy.compression");
+    expect_fail(BASE ", \"strategy\": {\"compress\": \"none\"}", DT_EINVAL,
+                "$.strategy.compress: unknown key");
     expect_fail(BASE ", \"checkpoint\": {\"save_freq\": \"batch\"}", DT_EINVAL,
                 "$.checkpoint.save_freq");
     expect_fail(BASE ", \"checkpoint\": {\"keep\": 0}", DT_EINVAL, "$.checkpoint.keep");

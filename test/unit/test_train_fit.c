@@ -298,3 +298,105 @@ DT_TEST_TIMEOUT(train_steps_per_epoch_and_validation_freq, 60)
     tt_free(reps, 1);
     dt_jobspec_destroy(&spec);
 }
+
+/* The bucket plan (strategy.first_bucket_mb, bucket_mb) as the comm sees it in step 1: the
+ * tiny model's weights are conv 40, hidden 2320, out 68 floats; buckets are cut at layer
+ * boundaries from the last layer, and the step's small all-reduce (no state + 4) comes last. */
+DT_TEST_TIMEOUT(train_bucket_plan_first_bucket, 60)
+{
+    tt_setup(32, 8);
+    static const struct {
+        const char *strategy;
+        int n;
+        size_t sizes[4];
+    } cases[] = {
+        {"", 2, {2428, 4}}, /* defaults (1 MiB first, 25 MiB): the whole model in one */
+        {", \"strategy\": {\"first_bucket_mb\": 0.0001}", 3, {68, 2360, 4}},
+        {", \"strategy\": {\"first_bucket_mb\": 0.0001, \"bucket_mb\": 0.0001}",
+         4,
+         {68, 2320, 40, 4}},
+        {", \"strategy\": {\"first_bucket_mb\": 0.009, \"bucket_mb\": 0.0001}",
+         3,
+         {2388, 40, 4}}, /* 0.009 MiB = 2359 floats: out + hidden */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        dt_jobspec spec;
+        tt_parse(tt_spec(1, 16, "\"sgd\"", cases[c].strategy), &spec);
+        dt_train_opts o = dt_train_opts_default();
+        tt_replica reps[2];
+        tt_run(&spec, 2, &o, -1, 0, reps);
+        for (int r = 0; r < 2; r++) {
+            if (reps[r].st != DT_OK)
+                fprintf(stderr, "case %zu rank %d: %s\n", c, r, reps[r].err.msg);
+            ASSERT_EQ(reps[r].st, DT_OK);
+            ASSERT_EQ(reps[r].res.weights_hash, reps[0].res.weights_hash);
+            ASSERT_TRUE(reps[r].rk.nsizes >= cases[c].n);
+            for (int k = 0; k < cases[c].n; k++) {
+                if (reps[r].rk.sizes[k] != cases[c].sizes[k])
+                    fprintf(stderr, "case %zu rank %d: all-reduce %d has %zu floats, want %zu\n", c,
+                            r, k, reps[r].rk.sizes[k], cases[c].sizes[k]);
+                ASSERT_EQ(reps[r].rk.sizes[k], cases[c].sizes[k]);
+            }
+            ASSERT_EQ(reps[r].rk.ncompressed, 0);
+        }
+        tt_free(reps, 2);
+        dt_jobspec_destroy(&spec);
+    }
+}
+
+/* strategy.compression: gradient buckets on a 16-bit wire (the small all-reduce of metrics and
+ * statistics stays float32). Two replicas still learn and end bit-identical, and the run
+ * differs from the exact one, so the rounding really happened. */
+DT_TEST_TIMEOUT(train_compression_16bit_wire, 120)
+{
+    tt_setup(512, 128);
+    const char *adam = "{\"class_name\": \"Adam\", \"config\": {\"learning_rate\": 0.01}}";
+    dt_jobspec exact, bf16, f16;
+    tt_parse(tt_spec(2, 32, adam, ""), &exact);
+    tt_parse(tt_spec(2, 32, adam, ", \"strategy\": {\"compression\": \"bfloat16\"}"), &bf16);
+    tt_parse(tt_spec(2, 32, adam,
+                     ", \"strategy\": {\"compression\": \"float16\", \"first_bucket_mb\": 0.0001}"),
+             &f16);
+    dt_train_opts o = dt_train_opts_default();
+    tt_replica ex[2], b[2], h[2];
+    tt_run(&exact, 2, &o, -1, 0, ex);
+    tt_run(&bf16, 2, &o, -1, 0, b);
+    tt_use_async = true; /* float16 on the comm that keeps buckets in flight */
+    tt_run(&f16, 2, &o, -1, 0, h);
+    tt_use_async = false;
+    tt_replica *runs[] = {ex, b, h};
+    const char *names[] = {"float32", "bfloat16", "float16"};
+    for (int k = 0; k < 3; k++) {
+        tt_replica *r = runs[k];
+        for (int i = 0; i < 2; i++) {
+            if (r[i].st != DT_OK)
+                fprintf(stderr, "%s rank %d: %s\n", names[k], i, r[i].err.msg);
+            ASSERT_EQ(r[i].st, DT_OK);
+        }
+        printf("%s: loss %.4f -> %.4f, val accuracy %.4f\n", names[k], r[0].losses[0],
+               r[0].res.loss, r[0].res.val_accuracy);
+        ASSERT_EQ(r[1].res.weights_hash, r[0].res.weights_hash); /* bit-identical replicas */
+        ASSERT_TRUE(r[0].res.loss < 0.5 * r[0].losses[0]);       /* it learns */
+        ASSERT_TRUE(r[0].res.val_accuracy > 0.8);
+        ASSERT_EQ(r[0].rk.ncompressed > 0, k > 0);
+    }
+    ASSERT_NE(b[0].res.weights_hash, ex[0].res.weights_hash);
+    ASSERT_NE(h[0].res.weights_hash, ex[0].res.weights_hash);
+    ASSERT_NE(h[0].res.weights_hash, b[0].res.weights_hash);
+    tt_free(ex, 2);
+    tt_free(b, 2);
+    tt_free(h, 2);
+
+    /* a comm that carries float32 only refuses the spec instead of training exactly */
+    tt_no_compression = true;
+    tt_run(&bf16, 2, &o, -1, 0, b);
+    tt_no_compression = false;
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(b[i].st, DT_ENOTSUP);
+        ASSERT_CONTAINS(b[i].err.msg, "$.strategy.compression");
+    }
+    tt_free(b, 2);
+    dt_jobspec_destroy(&exact);
+    dt_jobspec_destroy(&bf16);
+    dt_jobspec_destroy(&f16);
+}

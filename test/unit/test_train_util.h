@@ -6,6 +6,7 @@
 
 #include "dt_test.h"
 
+#include "comm/comm.h"
 #include "config/jobspec.h"
 #include "core/rng.h"
 #include "nn/model.h"
@@ -120,9 +121,15 @@ typedef struct tt_shm {
     void *bufs[TT_MAX_WORLD];
 } tt_shm;
 
+#define TT_MAX_SIZES 8
+
 typedef struct tt_rank {
     tt_shm *s;
     int rank;
+    /* the element counts of the first all-reduces, in order (the bucket plan of step 1) */
+    size_t sizes[TT_MAX_SIZES];
+    int nsizes;
+    int ncompressed; /* all-reduces started on a 16-bit wire */
 } tt_rank;
 
 static inline void tt_shm_init(tt_shm *s, int world)
@@ -166,11 +173,24 @@ static inline dt_status tt_barrier(tt_shm *s, dt_err *err)
     return DT_OK;
 }
 
-/* Blocking: every rank sums all buffers in rank order, so the results are bit-identical. */
-static inline dt_status tt_allreduce_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+/* x rounded through a 16-bit wire format (NONE: x). */
+static inline float tt_wire_round(float x, dt_jobspec_compression w)
 {
-    tt_rank *r = ctx;
-    *req = NULL;
+    if (w == DT_JOBSPEC_COMPRESS_BFLOAT16)
+        return dt_comm_bf16_to_f32(dt_comm_f32_to_bf16(x));
+    if (w == DT_JOBSPEC_COMPRESS_FLOAT16)
+        return dt_comm_f16_to_f32(dt_comm_f32_to_f16(x));
+    return x;
+}
+
+/* Blocking: every rank sums all buffers in rank order, so the results are bit-identical. With
+ * a 16-bit wire, as the ring: every contribution and the sum are rounded through it. */
+static inline dt_status tt_allreduce_wire(tt_rank *r, float *buf, size_t n,
+                                          dt_jobspec_compression wire, dt_err *err)
+{
+    if (r->nsizes < TT_MAX_SIZES)
+        r->sizes[r->nsizes++] = n;
+    r->ncompressed += wire != DT_JOBSPEC_COMPRESS_NONE;
     r->s->bufs[r->rank] = buf;
     DT_TRY(tt_barrier(r->s, err));
     float *sum = calloc(n, sizeof *sum);
@@ -179,13 +199,29 @@ static inline dt_status tt_allreduce_start(void *ctx, float *buf, size_t n, void
     for (int k = 0; k < r->s->world; k++) {
         const float *b = r->s->bufs[k];
         for (size_t i = 0; i < n; i++)
-            sum[i] += b[i];
+            sum[i] += tt_wire_round(b[i], wire);
     }
+    for (size_t i = 0; i < n; i++)
+        sum[i] = tt_wire_round(sum[i], wire);
     dt_status st = tt_barrier(r->s, err);
     if (st == DT_OK)
         memcpy(buf, sum, n * sizeof *sum);
     free(sum);
     return st;
+}
+
+static inline dt_status tt_allreduce_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+{
+    *req = NULL;
+    return tt_allreduce_wire(ctx, buf, n, DT_JOBSPEC_COMPRESS_NONE, err);
+}
+
+static inline dt_status tt_allreduce_start_compressed(void *ctx, float *buf, size_t n,
+                                                      dt_jobspec_compression wire, void **req,
+                                                      dt_err *err)
+{
+    *req = NULL;
+    return tt_allreduce_wire(ctx, buf, n, wire, err);
 }
 
 static inline dt_status tt_wait(void *ctx, void *req, dt_err *err)
@@ -211,6 +247,7 @@ static inline dt_status tt_broadcast(void *ctx, void *buf, size_t bytes, int roo
 typedef struct tt_req {
     float *buf;
     size_t n;
+    dt_jobspec_compression wire;
     bool done;
     dt_status st;
     dt_err err;
@@ -237,8 +274,7 @@ static inline void *tt_async_main(void *arg)
             break;
         tt_req *r = a->head;
         pthread_mutex_unlock(&a->mu);
-        void *unused;
-        r->st = tt_allreduce_start(a->rk, r->buf, r->n, &unused, &r->err);
+        r->st = tt_allreduce_wire(a->rk, r->buf, r->n, r->wire, &r->err);
         pthread_mutex_lock(&a->mu);
         a->head = r->next;
         if (!a->head)
@@ -250,7 +286,9 @@ static inline void *tt_async_main(void *arg)
     return NULL;
 }
 
-static inline dt_status tt_async_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+static inline dt_status tt_async_start_compressed(void *ctx, float *buf, size_t n,
+                                                  dt_jobspec_compression wire, void **req,
+                                                  dt_err *err)
 {
     tt_async *a = ctx;
     tt_req *r = calloc(1, sizeof *r);
@@ -258,6 +296,7 @@ static inline dt_status tt_async_start(void *ctx, float *buf, size_t n, void **r
         return dt_err_set(err, DT_ENOMEM, "async comm: out of memory");
     r->buf = buf;
     r->n = n;
+    r->wire = wire;
     pthread_mutex_lock(&a->mu);
     if (a->tail)
         a->tail->next = r;
@@ -268,6 +307,11 @@ static inline dt_status tt_async_start(void *ctx, float *buf, size_t n, void **r
     pthread_mutex_unlock(&a->mu);
     *req = r;
     return DT_OK;
+}
+
+static inline dt_status tt_async_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+{
+    return tt_async_start_compressed(ctx, buf, n, DT_JOBSPEC_COMPRESS_NONE, req, err);
 }
 
 static inline dt_status tt_async_wait(void *ctx, void *req, dt_err *err)
@@ -323,6 +367,8 @@ static inline void tt_on_step(void *ctx, const dt_train_step_info *si)
         atomic_store(&r->cancel, true);
 }
 
+static bool tt_no_compression; /* tt_run: a comm without allreduce_start_compressed */
+
 static inline void *tt_replica_main(void *arg)
 {
     tt_replica *r = arg;
@@ -338,7 +384,9 @@ static inline void *tt_replica_main(void *arg)
                            .world = r->s->world,
                            .allreduce_start = tt_allreduce_start,
                            .wait = tt_wait,
-                           .broadcast = tt_broadcast};
+                           .broadcast = tt_broadcast,
+                           .allreduce_start_compressed =
+                               tt_no_compression ? NULL : tt_allreduce_start_compressed};
         tt_async a = {.rk = &r->rk};
         if (r->async) {
             pthread_mutex_init(&a.mu, NULL);
@@ -348,6 +396,8 @@ static inline void *tt_replica_main(void *arg)
             c.allreduce_start = tt_async_start;
             c.wait = tt_async_wait;
             c.broadcast = tt_async_broadcast;
+            if (c.allreduce_start_compressed)
+                c.allreduce_start_compressed = tt_async_start_compressed;
         }
         r->st = dt_train_fit(t, &c, &r->res, &r->err);
         if (r->async) {
@@ -389,7 +439,7 @@ static inline void tt_run(const dt_jobspec *spec, int world, const dt_train_opts
     for (int i = 0; i < world; i++) {
         memset(&reps[i], 0, sizeof reps[i]);
         reps[i].s = &shm;
-        reps[i].rk = (tt_rank){&shm, i};
+        reps[i].rk = (tt_rank){.s = &shm, .rank = i};
         reps[i].spec = spec;
         reps[i].opts = *opts;
         reps[i].cancel_at_step = i == cancel_rank ? cancel_at_step : 0;
