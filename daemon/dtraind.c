@@ -332,6 +332,10 @@ static int setup_tls(dt_daemon *d)
         fprintf(stderr, "dtraind: %s\n", err.msg);
         return 2;
     }
+    if (!o->tls_ca && d->spec.world_size > 1)
+        DT_WARN("daemon", "no --tls-ca: peers' certificates are checked against the system's "
+                          "public CA roots; with a private CA (scripts/gen-tls.sh) give "
+                          "--tls-ca, or this daemon cannot reach its peers");
     /* Peers dial the host as TF_CONFIG writes it: a certificate without it would be refused by
      * every one of them, later and far from here. A wildcard bind names no host to check. */
     const char *host = d->spec.self.host;

@@ -103,7 +103,7 @@ DT_TEST(rpc_tls_bad_files_are_named)
         {"h.pem", "c.key", NULL, DT_EINVAL, {"c.key does not match", "--tls-cert"}},
         {"h.pem", "h.key", "garbage.pem", DT_EINVAL, {"--tls-ca", "not a PEM file"}},
         {"h.pem", "h.key", "missing-ca.pem", DT_ENOENT, {"--tls-ca", "missing-ca.pem"}},
-        {"h.pem", "h.key", "other/ca.pem", DT_EINVAL, {"is not accepted by --tls-ca", "other/ca.pem"}},
+        {"h.pem", "h.key", "other/ca.pem", DT_EINVAL, {"is not accepted by", "other/ca.pem"}},
         {"h.pem", NULL, NULL, DT_EINVAL, {"--tls-cert without --tls-key", "together"}},
         {NULL, "h.key", NULL, DT_EINVAL, {"--tls-key without --tls-cert", "together"}},
     };
