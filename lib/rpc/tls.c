@@ -13,6 +13,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 
+#include <arpa/inet.h>
 #include <grpc/grpc_security.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -298,8 +299,11 @@ dt_status dt_rpc_tls_check_host(const char *host, dt_err *err)
         else if (g->type == GEN_IPADD && ASN1_STRING_length(g->d.iPAddress) == 4) {
             const unsigned char *p = ASN1_STRING_get0_data(g->d.iPAddress);
             snprintf(one, sizeof one, "IP:%u.%u.%u.%u", p[0], p[1], p[2], p[3]);
-        } else if (g->type == GEN_IPADD)
-            snprintf(one, sizeof one, "IP:(v6)");
+        } else if (g->type == GEN_IPADD && ASN1_STRING_length(g->d.iPAddress) == 16) {
+            char v6[INET6_ADDRSTRLEN];
+            if (inet_ntop(AF_INET6, ASN1_STRING_get0_data(g->d.iPAddress), v6, sizeof v6))
+                snprintf(one, sizeof one, "IP:%s", v6);
+        }
         if (*one)
             snprintf(sans + strlen(sans), sizeof sans - strlen(sans), "%s%s", *sans ? ", " : "",
                      one);
@@ -385,14 +389,20 @@ void dt__rpc_unavailable_hint(const char *address, const char *details, char *bu
                  "by that CA and carry %s as a subject alternative name (scripts/gen-tls.sh)",
                  address, *g_tls.ca_file ? g_tls.ca_file : "the system's CA roots", host);
     else if (has(details, "ssl") || has(details, "handshake") || has(details, "certificate") ||
-             has(details, "Socket closed"))
-        snprintf(buf, n,
-                 "; TLS handshake with %s failed: check that %s signed its certificate (which "
-                 "must carry %s as a subject alternative name)%s%s%s",
-                 address, *g_tls.ca_file ? g_tls.ca_file : "the system's CA roots", host,
-                 *g_tls.cert_file ? " and that it accepts "
-                                  : "; a daemon started with --tls-ca "
-                                    "also wants --tls-cert/--tls-key",
-                 *g_tls.cert_file ? g_tls.cert_file : "",
-                 *g_tls.cert_file ? " (signed by its --tls-ca)" : "");
+             has(details, "Socket closed")) {
+        /* The server closing the connection during the handshake is all a client sees when its
+         * own certificate is missing or refused. */
+        const char *ca = *g_tls.ca_file ? g_tls.ca_file : "the system's CA roots";
+        if (*g_tls.cert_file)
+            snprintf(buf, n,
+                     "; TLS handshake with %s failed: %s must accept its certificate (with %s as "
+                     "a subject alternative name), and its --tls-ca must accept %s",
+                     address, ca, host, g_tls.cert_file);
+        else
+            snprintf(buf, n,
+                     "; TLS handshake with %s failed: %s must accept its certificate (with %s as "
+                     "a subject alternative name); a daemon started with --tls-ca also wants a "
+                     "client certificate (--tls-cert/--tls-key)",
+                     address, ca, host);
+    }
 }

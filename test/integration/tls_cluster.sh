@@ -52,7 +52,7 @@ out=$(jc --tls-ca "$tls/ca.pem" cluster --timeout 3 2>&1)
 rc=$?
 set -e
 dt_assert_eq "$rc" 1 "client without a certificate exit status"
-dt_assert_contains "$out" "TLS handshake with $JOBS_ADDR failed.*--tls-cert/--tls-key" "client without a certificate"
+dt_assert_contains "$out" "TLS handshake with $JOBS_ADDR failed.*client certificate \(--tls-cert/--tls-key\)" "client without a certificate"
 
 set +e
 out=$("$DT_BIN_DIR/dtrain" --tls-ca "$tls/other/ca.pem" --tls-cert "$tls/other/admin.pem" \

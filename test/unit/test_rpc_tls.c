@@ -155,3 +155,19 @@ DT_TEST(rpc_tls_expired_certificate)
     ASSERT_STATUS(dt_rpc_tls_setup(&o, &err), DT_EINVAL);
     ASSERT_CONTAINS(err.msg, "old.pem: the certificate expired on");
 }
+
+DT_TEST(rpc_tls_ipv6_host_check)
+{
+    make_certs();
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s -o %s h6=::1 >/dev/null", dt_test_src_path("scripts/gen-tls.sh"),
+             dir);
+    ASSERT_EQ(system(cmd), 0);
+    dt_err err = {0};
+    dt_rpc_tls_opts o = {.cert_file = p("h6.pem"), .key_file = p("h6.key"), .ca_file = p("ca.pem")};
+    ASSERT_OK(dt_rpc_tls_setup(&o, &err), &err);
+    ASSERT_OK(dt_rpc_tls_check_host("::1", &err), &err);
+    ASSERT_OK(dt_rpc_tls_check_host("[::1]", &err), &err); /* as TF_CONFIG brackets it */
+    ASSERT_STATUS(dt_rpc_tls_check_host("::2", &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "(its subject alternative names: IP:::1)");
+}
