@@ -336,14 +336,6 @@ static int setup_tls(dt_daemon *d)
         DT_WARN("daemon", "no --tls-ca: peers' certificates are checked against the system's "
                           "public CA roots; with a private CA (scripts/gen-tls.sh) give "
                           "--tls-ca, or this daemon cannot reach its peers");
-    /* Peers dial the host as TF_CONFIG writes it: a certificate without it would be refused by
-     * every one of them, later and far from here. A wildcard bind names no host to check. */
-    const char *host = d->spec.self.host;
-    if (host[0] && strcmp(host, "0.0.0.0") != 0 && strcmp(host, "::") != 0 &&
-        strcmp(host, "[::]") != 0 && dt_rpc_tls_check_host(host, &err) != DT_OK) {
-        fprintf(stderr, "dtraind: %s\n", err.msg);
-        return 2;
-    }
     return -1;
 }
 
@@ -524,7 +516,7 @@ static int run(dt_daemon *d)
         dt_daemon_comm_free(d->comm);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         uv_loop_close(&d->loop);
-        return 1;
+        return err.code == DT_EINVAL ? 2 : 1; /* refused TLS files: configuration, exit 2 */
     }
     if (d->spec.njob[DT_TASK_PS] > 0)
         DT_WARN("daemon",

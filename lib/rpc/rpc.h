@@ -212,16 +212,15 @@ typedef struct dt_rpc_tls_opts {
 
 typedef enum dt_rpc_tls_mode { DT_RPC_TLS_OFF, DT_RPC_TLS_ON, DT_RPC_TLS_MUTUAL } dt_rpc_tls_mode;
 
-/* Reads and checks the files (errors name the flag and the file: missing, unreadable, not PEM,
- * no certificate, key not matching the certificate, certificate expired or not signed by the
- * CA), then turns TLS on. All three NULL: stays off (DT_OK). DT_ESTATE once a channel or server
+/* Reads and checks the files (errors name the flag and the file: missing, unreadable, over
+ * DT_MAX_PEM, not PEM, no certificate / private key block, an encrypted key), then turns TLS on.
+ * What only a TLS stack can check -- the key matching the certificate, expiry, the CA's
+ * signature, the SANs -- gRPC checks at each handshake; a failed call then says which peer, which
+ * files and what to fix. All three NULL: stays off (DT_OK). DT_ESTATE once a channel or server
  * was made, or when already set up. Call from main() before starting threads. */
 dt_status dt_rpc_tls_setup(const dt_rpc_tls_opts *o, dt_err *err);
 dt_rpc_tls_mode dt_rpc_tls_get_mode(void);
 const char *dt_rpc_tls_mode_name(dt_rpc_tls_mode m); /* "off", "on", "mutual" */
-/* DT_EINVAL, listing the certificate's SANs, when this process's certificate does not name host
- * (a peer dialing host would refuse it). DT_OK without a certificate. */
-dt_status dt_rpc_tls_check_host(const char *host, dt_err *err);
 
 /* Reads a token file: trimmed of trailing newlines, non-empty, at most DT_MAX_TOKEN bytes, not
  * readable by others (mode & 077 == 0 is advised: a warning otherwise). Caller frees *token. */

@@ -301,6 +301,9 @@ dt_status dt_rpc_server_new(const dt_rpc_server_opts *opts, dt_rpc_server **out,
         free(srv);
         if (!creds)
             return err ? err->code : DT_EINVAL;
+        dt_status tls_st = dt__rpc_tls_listen_failed(opts->address, err);
+        if (tls_st != DT_OK)
+            return tls_st;
         return dt_err_set(err, DT_EADDRINUSE,
                           "cannot listen on %s: the port is in use or the address is not one of "
                           "this host's; stop the other process or fix the address in TF_CONFIG",

@@ -2,8 +2,8 @@
 # timeout: 120
 # Two daemons with mutual TLS (certificates from scripts/gen-tls.sh) form a cluster, answer the
 # CLI (with a client certificate), run a verified ring all-reduce (streams over TLS) and train a
-# tiny job (job RPCs over TLS); a plaintext client, a client without a certificate and one from
-# another CA are all refused, each with a message that says why.
+# tiny job (job RPCs over TLS); a plaintext client, a client without a certificate, one from
+# another CA and one whose key does not match its certificate are all refused, each saying why.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 dt_require_cmd openssl
@@ -61,6 +61,14 @@ rc=$?
 set -e
 dt_assert_eq "$rc" 1 "client of another CA exit status"
 dt_assert_contains "$out" "failed verification against $tls/other/ca.pem" "client of another CA"
+
+set +e
+out=$(jc --tls-ca "$tls/ca.pem" --tls-cert "$tls/admin.pem" --tls-key "$tls/host.key" cluster --timeout 3 2>&1)
+rc=$?
+set -e
+dt_assert_eq "$rc" 1 "client key of another certificate: exit status"
+dt_assert_contains "$out" "could not use --tls-cert $tls/admin.pem with --tls-key $tls/host.key" \
+  "client key of another certificate"
 
 dt_stop_daemon mt-w1 5
 dt_stop_daemon mt-w0 5
