@@ -33,10 +33,14 @@ static const verb verbs[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dtrain [--addr HOST:PORT] [--token-file FILE] VERB [ARGS...] [--json]\n\n"
+    fprintf(f, "usage: dtrain [--addr HOST:PORT] [--token-file FILE] [--tls-ca FILE]\n"
+               "              [--tls-cert FILE --tls-key FILE] VERB [ARGS...] [--json]\n\n"
                "Talks to the dtraind daemon at --addr, else $DTRAIN_ADDR, else the chief in\n"
                "$TF_CONFIG, else 127.0.0.1:7000, proving the cluster token in --token-file\n"
-               "(else $DTRAIN_TOKEN_FILE) when the daemon has one.\n\nverbs:\n");
+               "(else $DTRAIN_TOKEN_FILE) when the daemon has one. With --tls-ca (else\n"
+               "$DTRAIN_TLS_CA) the connection is TLS, the daemon's certificate checked against\n"
+               "that CA; --tls-cert/--tls-key (else $DTRAIN_TLS_CERT/$DTRAIN_TLS_KEY) present a\n"
+               "client certificate, which a daemon started with --tls-ca requires.\n\nverbs:\n");
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         fprintf(f, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
     fprintf(f, "\n'dtrain VERB --help' describes one verb. Exit status: 0 success, 1 failure,\n"
@@ -56,6 +60,23 @@ int dt_cli_conn_open(dt_cli_conn *c, const char *verb, const char *addr_flag,
     if (token_file && *token_file && dt_rpc_token_load(token_file, &c->token, &err) != DT_OK) {
         fprintf(stderr, "dtrain %s: %s\n", verb, err.msg);
         return 2;
+    }
+    static int tls_done; /* one TLS setting per process, made before its first channel */
+    if (!tls_done) {
+        dt_rpc_tls_opts to = {.cert_file = getenv("DTRAIN_TLS_CERT"),
+                              .key_file = getenv("DTRAIN_TLS_KEY"),
+                              .ca_file = getenv("DTRAIN_TLS_CA")};
+        if (to.cert_file && !*to.cert_file)
+            to.cert_file = NULL;
+        if (to.key_file && !*to.key_file)
+            to.key_file = NULL;
+        if (to.ca_file && !*to.ca_file)
+            to.ca_file = NULL;
+        if (dt_rpc_tls_setup(&to, &err) != DT_OK) {
+            fprintf(stderr, "dtrain %s: %s\n", verb, err.msg);
+            return 2;
+        }
+        tls_done = 1;
     }
     if (dt_rpc_channel_new(c->addr, c->token, &c->ch, &err) != DT_OK) {
         fprintf(stderr, "dtrain %s: %s\n", verb, err.msg);
@@ -133,6 +154,19 @@ int main(int argc, char **argv)
             setenv("DTRAIN_TOKEN_FILE", argv[++i], 1);
             continue;
         }
+        /* TLS files go through the environment, like --token-file, to reach every verb. */
+        const char *tls_flags[][2] = {{"--tls-ca", "DTRAIN_TLS_CA"},
+                                      {"--tls-cert", "DTRAIN_TLS_CERT"},
+                                      {"--tls-key", "DTRAIN_TLS_KEY"}};
+        int matched = 0;
+        for (size_t t = 0; t < 3 && !matched; t++) {
+            if (strcmp(argv[i], tls_flags[t][0]) == 0 && i + 1 < argc) {
+                setenv(tls_flags[t][1], argv[++i], 1);
+                matched = 1;
+            }
+        }
+        if (matched)
+            continue;
         fprintf(stderr, "dtrain: unknown option %s before the verb\n", argv[i]);
         usage(stderr);
         return 2;

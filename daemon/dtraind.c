@@ -31,6 +31,7 @@ typedef struct daemon_opts {
     const char *tf_config_file;
     const char *listen;
     const char *token_file;
+    const char *tls_cert, *tls_key, *tls_ca;
     const char *state_dir;
     const char *data_root;
     const char *ready_file;
@@ -71,6 +72,12 @@ static void usage(FILE *f)
         "                            TF_CONFIG, else 127.0.0.1:7000)\n"
         "  --token-file FILE         shared cluster token; every peer and client must prove it\n"
         "  --insecure                allow a non-loopback address without a token\n"
+        "  --tls-cert FILE           serve and dial TLS with this PEM certificate (its SANs\n"
+        "                            must name this task's host as TF_CONFIG writes it)\n"
+        "  --tls-key FILE            the certificate's PEM private key (unencrypted)\n"
+        "  --tls-ca FILE             PEM CA that signs every peer's certificate; with it, peers\n"
+        "                            and clients must present one (mutual TLS), and a token is\n"
+        "                            no longer required off loopback\n"
         "  --rendezvous-timeout SEC  give up forming the cluster after SEC seconds (default 300)\n"
         "  --state-dir DIR           where jobs, checkpoints and logs are written (default\n"
         "                            /var/lib/dtrain as root, else ~/.local/state/dtrain)\n"
@@ -94,6 +101,9 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
         OPT_LISTEN,
         OPT_TOKEN,
         OPT_INSECURE,
+        OPT_TLS_CERT,
+        OPT_TLS_KEY,
+        OPT_TLS_CA,
         OPT_RDV,
         OPT_STATE,
         OPT_DATA,
@@ -111,6 +121,9 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
         {"listen", required_argument, NULL, OPT_LISTEN},
         {"token-file", required_argument, NULL, OPT_TOKEN},
         {"insecure", no_argument, NULL, OPT_INSECURE},
+        {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+        {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+        {"tls-ca", required_argument, NULL, OPT_TLS_CA},
         {"rendezvous-timeout", required_argument, NULL, OPT_RDV},
         {"state-dir", required_argument, NULL, OPT_STATE},
         {"data-root", required_argument, NULL, OPT_DATA},
@@ -140,6 +153,15 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
             break;
         case OPT_INSECURE:
             o->insecure = 1;
+            break;
+        case OPT_TLS_CERT:
+            o->tls_cert = optarg;
+            break;
+        case OPT_TLS_KEY:
+            o->tls_key = optarg;
+            break;
+        case OPT_TLS_CA:
+            o->tls_ca = optarg;
             break;
         case OPT_RDV: {
             char *end;
@@ -275,6 +297,7 @@ static int print_check(const dt_daemon *d)
         cJSON_AddStringToObject(j, "chief", chief_name);
         cJSON_AddBoolToObject(j, "is_chief", s->self.rank == 0);
         cJSON_AddStringToObject(j, "address", s->self.address);
+        cJSON_AddStringToObject(j, "tls", dt_rpc_tls_mode_name(dt_rpc_tls_get_mode()));
         char *out = cJSON_Print(j);
         printf("%s\n", out);
         free(out);
@@ -289,6 +312,11 @@ static int print_check(const dt_daemon *d)
         printf("world size: %d\n", s->world_size);
         printf("chief:      %s (%s)%s\n", chief_name, chief->address,
                s->self.rank == 0 ? ", this task" : "");
+        dt_rpc_tls_mode m = dt_rpc_tls_get_mode();
+        printf("tls:        %s%s\n", dt_rpc_tls_mode_name(m),
+               m == DT_RPC_TLS_MUTUAL ? " (peers and clients must present a certificate)"
+               : m == DT_RPC_TLS_ON   ? " (server certificate only)"
+                                      : "");
     }
     if (s->self.type == DT_TASK_PS) {
         fprintf(stderr,
@@ -298,6 +326,34 @@ static int print_check(const dt_daemon *d)
         return 2;
     }
     return 0;
+}
+
+/* Reads the TLS files before anything dials or listens, so a bad file stops the start (exit 2). */
+static int setup_tls(dt_daemon *d)
+{
+    const daemon_opts *o = &d->o;
+    if (!o->tls_cert && !o->tls_key && !o->tls_ca)
+        return -1;
+    if (!o->tls_cert || !o->tls_key) {
+        fprintf(stderr,
+                "dtraind: %s: a daemon serves TLS with a certificate: give --tls-cert "
+                "and --tls-key (and --tls-ca for mutual TLS)\n",
+                o->tls_cert  ? "--tls-cert without --tls-key"
+                : o->tls_key ? "--tls-key without --tls-cert"
+                             : "--tls-ca alone");
+        return 2;
+    }
+    dt_err err = {0};
+    dt_rpc_tls_opts to = {.cert_file = o->tls_cert, .key_file = o->tls_key, .ca_file = o->tls_ca};
+    if (dt_rpc_tls_setup(&to, &err) != DT_OK) {
+        fprintf(stderr, "dtraind: %s\n", err.msg);
+        return 2;
+    }
+    if (!o->tls_ca && d->spec.world_size > 1)
+        DT_WARN("daemon", "no --tls-ca: peers' certificates are checked against the system's "
+                          "public CA roots; with a private CA (scripts/gen-tls.sh) give "
+                          "--tls-ca, or this daemon cannot reach its peers");
+    return -1;
 }
 
 static void count_hw(int *cores, int *gpus)
@@ -422,11 +478,13 @@ static int run(dt_daemon *d)
     bool loopback = evaluator || dt_rpc_host_is_loopback(host);
     for (size_t i = 0; i < d->spec.ntasks && loopback; i++)
         loopback = dt_rpc_host_is_loopback(d->spec.tasks[i].host);
-    if (!loopback && !d->token && !d->o.insecure) {
+    /* Mutual TLS authenticates every caller by a certificate the cluster's CA signed, which is as
+     * strong as the token; server-only TLS encrypts but lets anyone call, so it does not count. */
+    if (!loopback && !d->token && !d->o.insecure && dt_rpc_tls_get_mode() != DT_RPC_TLS_MUTUAL) {
         fprintf(stderr,
                 "dtraind: refusing to serve %s beyond this host without a token: give "
-                "every daemon the same --token-file (or pass --insecure on a trusted "
-                "network)\n",
+                "every daemon the same --token-file, or mutual TLS (--tls-cert, --tls-key and "
+                "--tls-ca), or pass --insecure on a trusted network\n",
                 bind);
         return 2;
     }
@@ -486,15 +544,16 @@ static int run(dt_daemon *d)
         dt_daemon_comm_free(d->comm);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         uv_loop_close(&d->loop);
-        return 1;
+        return err.code == DT_EINVAL ? 2 : 1; /* refused TLS files: configuration, exit 2 */
     }
     if (d->spec.njob[DT_TASK_PS] > 0)
         DT_WARN("daemon",
                 "TF_CONFIG lists %d ps task%s: dtrain has no parameter servers, so they "
                 "are left out of the ring (every worker holds the whole model)",
                 d->spec.njob[DT_TASK_PS], d->spec.njob[DT_TASK_PS] == 1 ? "" : "s");
-    DT_INFO("daemon", "dtraind %s serving %s as %s (rank %d of %d)%s", DT_VERSION, bind, tag,
-            d->spec.self.rank, d->spec.world_size, d->token ? ", token required" : "");
+    DT_INFO("daemon", "dtraind %s serving %s as %s (rank %d of %d)%s, TLS %s", DT_VERSION, bind,
+            tag, d->spec.self.rank, d->spec.world_size, d->token ? ", token required" : "",
+            dt_rpc_tls_mode_name(dt_rpc_tls_get_mode()));
     int cores, gpus;
     count_hw(&cores, &gpus);
     dt_cluster_opts co = {
@@ -566,6 +625,8 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     rc = load_spec(&d);
+    if (rc < 0)
+        rc = setup_tls(&d);
     if (rc < 0 && !d.o.check)
         set_threads(&d.o);
     if (rc < 0)

@@ -12,6 +12,7 @@ PKGS=(
   iproute2 systemd                                    # netns test bed, systemd-analyze verify
   python3-torch                                       # PyTorch reference of the nn parity tests and bench
   openmpi-bin libopenmpi-dev                          # MPI_Allreduce peer of scripts/bench/allreduce-vs-peers.sh
+  openssl                                             # scripts/gen-tls.sh (TLS certificates)
 )
 
 missing=()

@@ -14,6 +14,7 @@
 #define DT_MAX_MODEL_JSON       (16u << 20)   /* Keras model JSON */
 #define DT_MAX_RPC_MSG          (64u << 20)   /* one control-plane gRPC message */
 #define DT_MAX_TOKEN            4096          /* token file */
+#define DT_MAX_PEM              (1u << 20)    /* one TLS PEM file (certificate chain, key, CA) */
 #define DT_MAX_TFRECORD         (256u << 20)  /* one TFRecord record */
 #define DT_MAX_IDX_DIMS         8             /* IDX rank */
 #define DT_MAX_CSV_LINE         (1u << 20)    /* one CSV line */

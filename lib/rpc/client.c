@@ -36,9 +36,12 @@ static dt_status channel_new(const char *address, const char *token, int dedicat
             snprintf(ch->auth, n, "Bearer %s", token);
     }
     grpc_channel_args *args = dt__rpc_args_new(dedicated ? 2 : 0);
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    dt__rpc_tls_freeze();
+    grpc_channel_credentials *tls = dt__rpc_channel_creds();
+    grpc_channel_credentials *creds = tls ? tls : grpc_insecure_credentials_create();
     ch->channel = grpc_channel_create(address, creds, args);
-    grpc_channel_credentials_release(creds);
+    if (!tls)
+        grpc_channel_credentials_release(creds);
     dt__rpc_args_free(args);
     if (!ch->channel || !ch->address || (token && *token && !ch->auth)) {
         dt_rpc_channel_free(ch);
@@ -158,10 +161,12 @@ dt_status dt_rpc_unary(dt_rpc_channel *ch, const char *method, const ProtobufCMe
     if (code != GRPC_STATUS_OK) {
         st = dt__rpc_status_from_grpc(code);
         char *msg = grpc_slice_to_c_string(details);
-        if (code == GRPC_STATUS_UNAVAILABLE)
-            dt_err_set(err, st, "%s %s: peer unreachable (%s)", ch->address, short_method(method),
-                       msg && *msg ? msg : "no details");
-        else if (code == GRPC_STATUS_DEADLINE_EXCEEDED)
+        char hint[512];
+        if (code == GRPC_STATUS_UNAVAILABLE) {
+            dt__rpc_unavailable_hint(ch->address, msg, hint, sizeof hint);
+            dt_err_set(err, st, "%s %s: peer unreachable (%s)%s", ch->address, short_method(method),
+                       msg && *msg ? msg : "no details", hint);
+        } else if (code == GRPC_STATUS_DEADLINE_EXCEEDED)
             dt_err_set(err, st, "%s %s: no answer within %lld ms", ch->address,
                        short_method(method), (long long)timeout_ms);
         else

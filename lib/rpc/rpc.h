@@ -185,6 +185,43 @@ size_t dt_rpc_msg_len(const dt_rpc_msg *m);
 bool dt_rpc_msg_next(dt_rpc_msg *m, const uint8_t **p, size_t *len);
 void dt_rpc_msg_free(dt_rpc_msg *m);
 
+/* --- TLS (tls.c) -------------------------------------------------------------------------------
+ *
+ * One process-wide setting, made once at start-up before any channel or server exists and
+ * read-only afterwards. Why not a field of every channel's and server's options: a process has
+ * one identity (its certificate) and one trust anchor (the CA) for every connection it makes or
+ * accepts -- cluster RPCs, ring streams, job RPCs, the CLI's calls -- and the channels are made
+ * deep inside cluster, comm and jobs; a per-call option would have to be threaded through all of
+ * them, and one forgotten path would silently talk plaintext. Set up, every dt_rpc_channel_new*
+ * dials TLS and every dt_rpc_server_new serves TLS only. The token check runs on top, unchanged.
+ *
+ * Peers are dialed by "host:port" as TF_CONFIG (or --addr) writes it, and the peer's certificate
+ * must carry that host as a subject alternative name (IP SAN for an address, DNS SAN for a name);
+ * scripts/gen-tls.sh makes such certificates. Modes:
+ *   cert + key + ca: MUTUAL. The server requires and verifies a client certificate signed by ca,
+ *                    and channels verify servers against ca and present cert.
+ *   cert + key:      ON. The server does not ask for client certificates; channels verify servers
+ *                    against the system's CA roots and present cert.
+ *   ca only:         ON, a client only (the CLI against a daemon that does not check clients).
+ */
+typedef struct dt_rpc_tls_opts {
+    const char *cert_file; /* PEM certificate (chain), this process's identity; with key_file */
+    const char *key_file;  /* PEM private key, unencrypted */
+    const char *ca_file;   /* PEM CA certificate(s) that sign every peer's certificate */
+} dt_rpc_tls_opts;
+
+typedef enum dt_rpc_tls_mode { DT_RPC_TLS_OFF, DT_RPC_TLS_ON, DT_RPC_TLS_MUTUAL } dt_rpc_tls_mode;
+
+/* Reads and checks the files (errors name the flag and the file: missing, unreadable, over
+ * DT_MAX_PEM, not PEM, no certificate / private key block, an encrypted key), then turns TLS on.
+ * What only a TLS stack can check -- the key matching the certificate, expiry, the CA's
+ * signature, the SANs -- gRPC checks at each handshake; a failed call then says which peer, which
+ * files and what to fix. All three NULL: stays off (DT_OK). DT_ESTATE once a channel or server
+ * was made, or when already set up. Call from main() before starting threads. */
+dt_status dt_rpc_tls_setup(const dt_rpc_tls_opts *o, dt_err *err);
+dt_rpc_tls_mode dt_rpc_tls_get_mode(void);
+const char *dt_rpc_tls_mode_name(dt_rpc_tls_mode m); /* "off", "on", "mutual" */
+
 /* Reads a token file: trimmed of trailing newlines, non-empty, at most DT_MAX_TOKEN bytes, not
  * readable by others (mode & 077 == 0 is advised: a warning otherwise). Caller frees *token. */
 dt_status dt_rpc_token_load(const char *path, char **token, dt_err *err);

@@ -34,4 +34,18 @@ void dt__rpc_streamq_unserve(dt_rpc_streamq *q);
 grpc_channel *dt__rpc_channel_raw(dt_rpc_channel *ch);
 const char *dt__rpc_channel_auth(dt_rpc_channel *ch);
 
+/* tls.c. The channel credentials every channel uses (not to be released), or NULL: plaintext. */
+grpc_channel_credentials *dt__rpc_channel_creds(void);
+/* New server credentials (caller releases): TLS when set up, else insecure; NULL + err when TLS
+ * is on without a certificate. */
+grpc_server_credentials *dt__rpc_server_creds(const char *address, dt_err *err);
+/* After adding a port failed: DT_EINVAL naming the files when TLS is on and the address binds
+ * without it (gRPC refused the certificate or key), else DT_OK (a plain bind failure). */
+dt_status dt__rpc_tls_listen_failed(const char *address, dt_err *err);
+/* Called when a channel or server is made: dt_rpc_tls_setup is refused from then on. */
+void dt__rpc_tls_freeze(void);
+/* Writes into buf ("" when none) a hint for an UNAVAILABLE call to address whose gRPC details
+ * point at TLS: a plaintext/TLS mismatch, a certificate that fails verification, a missing SAN. */
+void dt__rpc_unavailable_hint(const char *address, const char *details, char *buf, size_t n);
+
 #endif

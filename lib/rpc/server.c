@@ -297,9 +297,11 @@ dt_status dt_rpc_server_new(const dt_rpc_server_opts *opts, dt_rpc_server **out,
     void *stream_rm = NULL;
     if (opts->stream_method && opts->streamq)
         stream_rm = dt__rpc_streamq_register(opts->streamq, srv->server, opts->stream_method);
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    srv->port = grpc_server_add_http2_port(srv->server, opts->address, creds);
-    grpc_server_credentials_release(creds);
+    dt__rpc_tls_freeze();
+    grpc_server_credentials *creds = dt__rpc_server_creds(opts->address, err);
+    srv->port = creds ? grpc_server_add_http2_port(srv->server, opts->address, creds) : 0;
+    if (creds)
+        grpc_server_credentials_release(creds);
     if (srv->port == 0) {
         grpc_server_destroy(srv->server);
         grpc_completion_queue_shutdown(srv->cq);
@@ -307,6 +309,11 @@ dt_status dt_rpc_server_new(const dt_rpc_server_opts *opts, dt_rpc_server **out,
         pthread_mutex_destroy(&srv->mu);
         free(srv->token);
         free(srv);
+        if (!creds)
+            return err ? err->code : DT_EINVAL;
+        dt_status tls_st = dt__rpc_tls_listen_failed(opts->address, err);
+        if (tls_st != DT_OK)
+            return tls_st;
         return dt_err_set(err, DT_EADDRINUSE,
                           "cannot listen on %s: the port is in use or the address is not one of "
                           "this host's; stop the other process or fix the address in TF_CONFIG",
