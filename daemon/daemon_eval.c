@@ -76,16 +76,6 @@ static dt_status job_dir(const evaluator *e, const char *id, char *dir, size_t n
     return DT_OK;
 }
 
-static dt_status append_line(const char *path, const char *line, dt_err *err)
-{
-    FILE *f = fopen(path, "a");
-    if (!f)
-        return dt_err_set(err, DT_EIO, "%s: %s", path, strerror(errno));
-    bool ok = fputs(line, f) >= 0 && fputc('\n', f) != EOF;
-    ok = fclose(f) == 0 && ok;
-    return ok ? DT_OK : dt_err_set(err, DT_EIO, "%s: write failed", path);
-}
-
 /* Writes one evaluation to eval.jsonl and the TensorBoard events. */
 static dt_status record(evaluator *e, const char *dir, const Dtrain__V1__ExportReply *x,
                         const char *id, bool final, const dt_train_eval_result *res, dt_err *err)
@@ -106,7 +96,7 @@ static dt_status record(evaluator *e, const char *dir, const Dtrain__V1__ExportR
         return dt_err_set(err, DT_ENOMEM, "evaluator: out of memory");
     char path[4200];
     snprintf(path, sizeof path, "%s/eval.jsonl", dir);
-    dt_status st = append_line(path, line, err);
+    dt_status st = dt_file_append_line(path, line, err);
     free(line);
     DT_TRY(st);
     if (!e->tb) {

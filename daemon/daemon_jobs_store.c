@@ -140,12 +140,12 @@ void dt__job_log_event(const char *state_dir, const job *jb, const jevent *ev)
     char *line = cJSON_PrintUnformatted(o), path[4500];
     cJSON_Delete(o);
     snprintf(path, sizeof path, "%s/jobs/%s/events.jsonl", state_dir, jb->id);
-    FILE *f = line ? fopen(path, "a") : NULL;
-    bool ok = f && fprintf(f, "%s\n", line) > 0;
-    if (f && fclose(f) != 0)
-        ok = false;
-    if (!ok) /* the history is a convenience; the job goes on */
-        DT_WARN("jobs", "job %s: %s: %s", jb->id, path, line ? strerror(errno) : "out of memory");
+    dt_err err = {0};
+    if (!line)
+        dt_err_set(&err, DT_ENOMEM, "%s: out of memory", path);
+    if (!line ||
+        dt_file_append_line(path, line, &err) != DT_OK) /* a convenience: the job goes on */
+        DT_WARN("jobs", "job %s: %s", jb->id, err.msg);
     free(line);
 }
 

@@ -5,6 +5,7 @@
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,16 @@ dt_status dt_file_read_all(const char *path, size_t max, char **out, size_t *len
     }
     *out = dt_buf_steal(&b, len);
     return DT_OK;
+}
+
+dt_status dt_file_append_line(const char *path, const char *line, dt_err *err)
+{
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return dt_err_set(err, DT_EIO, "%s: %s", path, strerror(errno));
+    bool ok = fputs(line, f) >= 0 && fputc('\n', f) != EOF;
+    ok = fclose(f) == 0 && ok;
+    return ok ? DT_OK : dt_err_set(err, DT_EIO, "%s: write failed: %s", path, strerror(errno));
 }
 
 dt_status dt_file_write_atomic(const char *path, const void *data, size_t len, dt_err *err)

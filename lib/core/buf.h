@@ -39,6 +39,10 @@ dt_status dt_file_read_all(const char *path, size_t max, char **out, size_t *len
  * directory. A crash leaves either the old file or the new one. */
 dt_status dt_file_write_atomic(const char *path, const void *data, size_t len, dt_err *err);
 
+/* Appends line and a newline to path (created 0644 if missing). No fsync: for logs and
+ * histories where a crash may cut the last line, which readers must then ignore. */
+dt_status dt_file_append_line(const char *path, const char *line, dt_err *err);
+
 /* "base/path", or a copy of path when it is absolute or base is NULL or empty; NULL when out of
  * memory. The caller frees. Joins only: confinement is the caller's business. */
 char *dt_path_join(const char *base, const char *path);

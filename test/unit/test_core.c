@@ -61,6 +61,22 @@ DT_TEST(core_file_read_all_limits_and_errors)
     ASSERT_CONTAINS(err.msg, "/nonexistent/x");
 }
 
+DT_TEST(core_file_append_line)
+{
+    char path[512];
+    dt_err err = {0};
+    snprintf(path, sizeof path, "%s/log.jsonl", dt_test_tmpdir());
+    ASSERT_OK(dt_file_append_line(path, "{\"a\":1}", &err), &err);
+    ASSERT_OK(dt_file_append_line(path, "{\"b\":2}", &err), &err);
+    char *data = NULL;
+    size_t len = 0;
+    ASSERT_OK(dt_file_read_all(path, 100, &data, &len, &err), &err);
+    ASSERT_STREQ(data, "{\"a\":1}\n{\"b\":2}\n");
+    free(data);
+    ASSERT_STATUS(dt_file_append_line("/nonexistent/dir/x", "l", &err), DT_EIO);
+    ASSERT_CONTAINS(err.msg, "/nonexistent/dir/x");
+}
+
 DT_TEST(core_rng_is_reproducible)
 {
     dt_rng a, b, c;
