@@ -91,7 +91,6 @@ both) NETS=(loopback netns) ;;
 esac
 IFS=, read -ra WORLD_LIST <<<"$WORLDS"
 for r in "${WORLD_LIST[@]}"; do ((r >= 2 && r <= 16)) || die "world size $r: use 2..16"; done
-wants() { [[ ,$ONLY, == *",$1,"* ]]; }
 
 if [[ -n $OUT ]]; then
   mkdir -p "$OUT"
@@ -118,12 +117,7 @@ if wants mpi; then
     HAVE_MPI=1
   else note "no mpirun/mpicc (apt-get install openmpi-bin libopenmpi-dev): MPI columns n/a"; fi
 fi
-if wants dtrain; then
-  if [[ -x $BIN_DIR/dtrain && -x $BIN_DIR/dtraind ]]; then HAVE_DTRAIN=1; else
-    note "no $BIN_DIR/dtrain or dtraind (run make): dtrain columns n/a"
-  fi
-fi
-for n in "${NETS[@]}"; do [[ $n != netns ]] || pb_netns_check; done
+pb_check_dtrain_and_nets
 
 # run_dtrain NET R OUTFILE: dtrain's figures from the cluster pb_dtrain_up formed into OUTFILE
 # (JSON), or 1 with the reason on stderr.

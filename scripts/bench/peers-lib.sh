@@ -115,6 +115,21 @@ pb_netns_check() {
   fi
 }
 
+# wants IMPL: is IMPL among --only ($ONLY, a comma list)?
+wants() { [[ ,$ONLY, == *",$1,"* ]]; }
+
+# pb_check_dtrain_and_nets: HAVE_DTRAIN=1 when dtrain is wanted and built (else a note: its
+# columns say n/a), and the netns checks when NETS has netns.
+pb_check_dtrain_and_nets() {
+  if wants dtrain; then
+    if [[ -x $BIN_DIR/dtrain && -x $BIN_DIR/dtraind ]]; then HAVE_DTRAIN=1; else
+      note "no $BIN_DIR/dtrain or dtraind (run make): dtrain columns n/a"
+    fi
+  fi
+  local n
+  for n in "${NETS[@]}"; do [[ $n != netns ]] || pb_netns_check; done
+}
+
 # pb_netns_up R RATE: R shaped hosts; records the link check of host 1 -> host 0 (or none).
 pb_netns_up() {
   "$NETNS" up "$1" "$2" >"$WORK/netns-up-$1.log" 2>&1 ||

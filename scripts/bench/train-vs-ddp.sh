@@ -112,7 +112,6 @@ for r in "${WORKER_LIST[@]}"; do
   [[ -n $LOCAL_BATCHES ]] || ((BATCH % r == 0)) ||
     die "the global batch $BATCH does not split evenly over $r workers"
 done
-wants() { [[ ,$ONLY, == *",$1,"* ]]; }
 if [[ -n $OUT ]]; then
   mkdir -p "$OUT"
   WORK=$(cd "$OUT" && pwd)
@@ -127,12 +126,7 @@ if wants ddp; then
     HAVE_TORCH=1
   else note "$PY has no torch with gloo (apt-get install python3-torch): DDP columns n/a"; fi
 fi
-if wants dtrain; then
-  if [[ -x $BIN_DIR/dtrain && -x $BIN_DIR/dtraind ]]; then HAVE_DTRAIN=1; else
-    note "no $BIN_DIR/dtrain or dtraind (run make): dtrain columns n/a"
-  fi
-fi
-for n in "${NETS[@]}"; do [[ $n != netns ]] || pb_netns_check; done
+pb_check_dtrain_and_nets
 
 # The run's global batch (GB), warm-up (WU) and timed steps (NS): one epoch of Fashion-MNIST
 # must hold WU + NS global batches (bench train runs one epoch). set_run R LOCAL_BATCH|0
