@@ -200,14 +200,8 @@ static int follow_job(dt_cli_conn *c, const char *id, int warmup, double timeout
     uint64_t after = 0;
     dt_err err = {0};
     while (!dt_deadline_passed(until)) {
-        Dtrain__V1__WatchRequest req = DTRAIN__V1__WATCH_REQUEST__INIT;
-        req.id = (char *)id;
-        req.after_seq = after;
-        req.wait_ms = 1000;
         Dtrain__V1__WatchReply *rep = NULL;
-        dt_status st = dt_rpc_unary(c->ch, DT_CLI_RPC_JOBS_WATCH, &req.base,
-                                    &dtrain__v1__watch_reply__descriptor, (ProtobufCMessage **)&rep,
-                                    30000, &err);
+        dt_status st = dt_cli_watch_poll(c, id, after, &rep, &err);
         if (st != DT_OK) {
             if ((st != DT_EPEER && st != DT_ETIMEDOUT) || dt_now_ms() - last_ok > 30000) {
                 fprintf(stderr, "dtrain bench train: following job %s: %s\n", id, err.msg);

@@ -28,6 +28,12 @@ int dt_cli_call(dt_cli_conn *c, const char *method, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                 double timeout_s);
 
+/* One Watch long-poll: the events of job id after seq `after`, the chief holding the call up to
+ * 1 s; *rep (free with protobuf_c_message_free_unpacked) on DT_OK. No printing: callers decide
+ * which failures are transient. */
+dt_status dt_cli_watch_poll(dt_cli_conn *c, const char *id, uint64_t after,
+                            Dtrain__V1__WatchReply **rep, dt_err *err);
+
 /* The call failed before a connection existed, so the request was never sent. */
 bool dt_cli_not_connected(const dt_err *err);
 

@@ -34,6 +34,17 @@ static const Dtrain__V1__Metric *find_metric(const Dtrain__V1__JobEvent *e, cons
     return NULL;
 }
 
+dt_status dt_cli_watch_poll(dt_cli_conn *c, const char *id, uint64_t after,
+                            Dtrain__V1__WatchReply **rep, dt_err *err)
+{
+    Dtrain__V1__WatchRequest req = DTRAIN__V1__WATCH_REQUEST__INIT;
+    req.id = (char *)id;
+    req.after_seq = after;
+    req.wait_ms = 1000;
+    return dt_rpc_unary(c->ch, DT_CLI_RPC_JOBS_WATCH, &req.base,
+                        &dtrain__v1__watch_reply__descriptor, (ProtobufCMessage **)rep, 30000, err);
+}
+
 /* " - loss: 0.5234 - accuracy: 0.8123" with Keras's metric order, leaving out bookkeeping. */
 static void print_metrics(const Dtrain__V1__JobEvent *e)
 {
@@ -159,14 +170,8 @@ int dt_cli_watch_job(dt_cli_conn *c, const char *id, bool json)
     int64_t last_ok = dt_now_ms();
     dt_err err = {0};
     for (;;) {
-        Dtrain__V1__WatchRequest req = DTRAIN__V1__WATCH_REQUEST__INIT;
-        req.id = (char *)id;
-        req.after_seq = after;
-        req.wait_ms = 1000;
         Dtrain__V1__WatchReply *rep = NULL;
-        dt_status st = dt_rpc_unary(c->ch, DT_CLI_RPC_JOBS_WATCH, &req.base,
-                                    &dtrain__v1__watch_reply__descriptor, (ProtobufCMessage **)&rep,
-                                    30000, &err);
+        dt_status st = dt_cli_watch_poll(c, id, after, &rep, &err);
         if (st != DT_OK) {
             bool transient = st == DT_EPEER || st == DT_ETIMEDOUT;
             if (!transient || dt_now_ms() - last_ok > RECONNECT_WAIT_MS) {
