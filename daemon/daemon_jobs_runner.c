@@ -49,6 +49,7 @@ static void cancel_run(jrun *r, const char *reason, bool abort_now)
 static void *trainer_main(void *arg)
 {
     jrun *r = arg;
+    pthread_setname_np(pthread_self(), "dt-train");
     dt__jobs_train_main(r);
     atomic_store(&r->finished, 1);
     return NULL;

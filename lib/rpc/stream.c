@@ -331,6 +331,7 @@ static void handle(dt_rpc_stream *s, op_kind kind, bool ok)
 static void *streamq_main(void *arg)
 {
     dt_rpc_streamq *q = arg;
+    pthread_setname_np(pthread_self(), "dt-comm");
     gpr_timespec next_tick = dt__rpc_deadline_ms(q->tick_ms);
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(q->cq, next_tick, NULL);

@@ -33,13 +33,16 @@ struct dt_trainer {
      * [lo[k], hi[k]) and lo strictly decreases with k. */
     size_t *lo, *hi;
     size_t nbuckets;
+    size_t nwire; /* buckets that go out on their own; the last one rides in the tail when small */
     /* The step in flight (set by run_step for the grad-ready hook). */
     const dt_train_comm *comm;
     void **reqs;
     size_t started;
     dt_status hook_st;
     dt_err hook_err;
-    float *tail; /* (state size + 4): moving statistics and metrics of one step */
+    /* (state size + 4 + the last bucket when it rides along): moving statistics, metrics and
+     * the first layers' gradients of one step, in one all-reduce after backward. */
+    float *tail;
 
     /* Where an epoch's steps spend their time (the first step of an epoch left out: it warms
      * caches and pages), logged at the epoch's end: the exposed wait is the all-reduce time
@@ -103,9 +106,12 @@ static void on_grad_ready(void *ctx, size_t offset)
     dt_trainer *t = ctx;
     if (!t->comm || !distributed(t->comm))
         return;
-    while (t->hook_st == DT_OK && t->started < t->nbuckets && t->lo[t->started] >= offset)
+    while (t->hook_st == DT_OK && t->started < t->nwire && t->lo[t->started] >= offset)
         t->hook_st = start_bucket(t, &t->hook_err);
 }
+
+/* A last bucket of at most this many gradients (256 KiB) joins the step's small collective. */
+#define TAIL_BUCKET_FLOATS (64u << 10)
 
 static size_t mb_floats(double mb)
 {
@@ -124,10 +130,7 @@ static dt_status plan_buckets(dt_trainer *t, dt_err *err)
     t->lo = malloc((nw + 1) * sizeof *t->lo);
     t->hi = malloc((nw + 1) * sizeof *t->hi);
     t->reqs = calloc(nw + 1, sizeof *t->reqs);
-    size_t nst;
-    dt_model_state(t->m, &nst);
-    t->tail = malloc((nst + 4) * sizeof *t->tail);
-    if (!starts || !t->lo || !t->hi || !t->reqs || !t->tail) {
+    if (!starts || !t->lo || !t->hi || !t->reqs) {
         free(starts);
         return dt_err_set(err, DT_ENOMEM, "train: out of memory");
     }
@@ -157,12 +160,27 @@ static dt_status plan_buckets(dt_trainer *t, dt_err *err)
         }
     }
     free(starts);
+    /* The last bucket holds the first layers, final only when backward ends, just when the
+     * step's small collective starts: a small one joins that collective (exact float32) rather
+     * than costing a round trip of its own. */
+    size_t nst;
+    dt_model_state(t->m, &nst);
+    size_t last = t->nbuckets ? t->hi[t->nbuckets - 1] - t->lo[t->nbuckets - 1] : 0;
+    /* With a 16-bit wire a one-bucket model still travels compressed, as the spec asks. */
+    bool rides = last && last <= TAIL_BUCKET_FLOATS &&
+                 (t->nbuckets > 1 || t->spec->compression == DT_JOBSPEC_COMPRESS_NONE);
+    t->nwire = t->nbuckets - rides;
+    size_t ride = t->nwire < t->nbuckets ? last : 0;
+    t->tail = malloc((nst + 4 + ride) * sizeof *t->tail);
+    if (!t->tail)
+        return dt_err_set(err, DT_ENOMEM, "train: out of memory");
     DT_INFO(
-        "train", "%zu fusion bucket%s over %zu gradients (first >= %g MiB, then %g MiB), wire %s",
+        "train", "%zu fusion bucket%s over %zu gradients (first >= %g MiB, then %g MiB), wire %s%s",
         t->nbuckets, t->nbuckets == 1 ? "" : "s", np, t->spec->first_bucket_mb, t->spec->bucket_mb,
         t->spec->compression == DT_JOBSPEC_COMPRESS_NONE
             ? "float32"
-            : dt_jobspec_compression_name(t->spec->compression));
+            : dt_jobspec_compression_name(t->spec->compression),
+        ride ? "; the last one rides with the step's metrics" : "");
     return DT_OK;
 }
 
@@ -457,14 +475,21 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     mv[2] = (float)b->n;
     mv[3] = cancel ? 1.0f : 0.0f;
     if (distributed(c)) {
-        while (t->started < t->nbuckets)
+        while (t->started < t->nwire)
             DT_TRY(start_bucket(t, err));
         memcpy(t->tail, state, ns * sizeof(float));
+        size_t ride = 0, lo = 0;
+        if (t->nwire < t->nbuckets) {
+            lo = t->lo[t->nbuckets - 1];
+            ride = t->hi[t->nbuckets - 1] - lo;
+            memcpy(mv + 4, g + lo, ride * sizeof(float));
+        }
         void *treq = NULL;
-        DT_TRY(c->allreduce_start(c->ctx, t->tail, ns + 4, &treq, err));
-        for (size_t k = 0; k < t->nbuckets; k++)
+        DT_TRY(c->allreduce_start(c->ctx, t->tail, ns + 4 + ride, &treq, err));
+        for (size_t k = 0; k < t->nwire; k++)
             DT_TRY(c->wait(c->ctx, t->reqs[k], err));
         DT_TRY(c->wait(c->ctx, treq, err));
+        memcpy(g + lo, mv + 4, ride * sizeof(float));
         /* the same sum on every replica, times the same factor: still bit-identical */
         float inv = 1.0f / (float)c->world;
         for (size_t i = 0; i < ns; i++)
