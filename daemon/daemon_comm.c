@@ -212,6 +212,7 @@ typedef struct rank_call {
 static void *rank_call_main(void *arg)
 {
     rank_call *rc = arg;
+    pthread_setname_np(pthread_self(), "dt-bench-call");
     dt_daemon_comm *d = rc->j->d;
     dt_rpc_channel *ch = NULL;
     /* A connection of its own: a shared one may be one a previous bench is tearing down. */
@@ -294,6 +295,7 @@ static dt_status bench_coordinate(bench_job *j, dt_err *err)
 static void *job_main(void *arg)
 {
     bench_job *j = arg;
+    pthread_setname_np(pthread_self(), "dt-bench");
     dt_err err = {0};
     dtrain__v1__comm_bench_reply__init(&j->reply);
     j->reply.rows = j->row_ptrs;

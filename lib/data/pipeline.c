@@ -130,6 +130,7 @@ static void fill_step(dt_pipeline *p, int64_t s, int64_t epoch)
 static void *prefetch_main(void *arg)
 {
     dt_pipeline *p = arg;
+    pthread_setname_np(pthread_self(), "dt-data");
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {
         if (!p->started || (p->my_gen == p->gen && p->next_step >= p->steps)) {

@@ -189,6 +189,7 @@ static void on_received(dt_rpc_server *srv, dt_rpc_call *c)
 static void *cq_main(void *arg)
 {
     dt_rpc_server *srv = arg;
+    pthread_setname_np(pthread_self(), "dt-rpc");
     for (;;) {
         /* A bounded wait, so a wedged queue shows up in a stack dump as this loop, not a hang. */
         grpc_event ev = grpc_completion_queue_next(srv->cq, dt__rpc_deadline_ms(1000), NULL);
