@@ -25,7 +25,7 @@
  *
  * Algorithm (all-reduce): reduce-scatter then all-gather in rank order, 2(R-1) steps. Segments
  * of n/R floats are split into chunks (at most DT_COMM_CHUNK bytes, and small enough that each
- * stream carries one per step, down to 64 KiB); chunk m goes on stream m % DT_COMM_STREAMS, so
+ * stream carries one per step, down to 512 KiB); chunk m goes on stream m % DT_COMM_STREAMS, so
  * several chunks are in flight per neighbour, and a chunk is forwarded as soon as it is reduced
  * (send, receive and reduce overlap). Each segment is summed along one
  * chain and then copied everywhere, so every rank ends with the same bits; with a 16-bit wire
