@@ -68,6 +68,8 @@ typedef struct rank_ctx {
     int64_t arg;
 } rank_ctx;
 
+static size_t chunk_bytes; /* the comms' chunk_bytes (0: the default) */
+
 static void *rank_main(void *arg)
 {
     rank_ctx *r = arg;
@@ -78,7 +80,8 @@ static void *rank_main(void *arg)
                       .token = r->token,
                       .session = r->session,
                       .hub = nodes[r->rank].hub,
-                      .connect_timeout_ms = 10000};
+                      .connect_timeout_ms = 10000,
+                      .chunk_bytes = chunk_bytes};
     dt_comm *c = NULL;
     dt_err err = {0};
     r->st = dt_comm_new(&o, &c, &err);
@@ -167,6 +170,37 @@ DT_TEST_TIMEOUT(comm_allreduce_64mb, 120)
 {
     run_ranks(2, NULL, body_allreduce, 64 << 20, NULL);
     run_ranks(4, "s3cret", body_allreduce, 64 << 20, NULL);
+}
+
+/* Two ranks swap small all-reduces whole (one round trip) and take the ring from 256 KiB on:
+ * MEAN of inexact values gives exactly (x0 + x1) / 2 on both sides of that line, in one chunk
+ * and in many (4 KiB chunks over the streams), with the same bits on both ranks. */
+static void body_pair_mean(rank_ctx *r, dt_comm *c)
+{
+    static const size_t sizes[] = {1000, 30000, 65536, 65537};
+    dt_err err = {0};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        float *b = malloc(n * 4);
+        for (size_t i = 0; i < n; i++)
+            b[i] = val(i, r->rank) / 192.0f;
+        ASSERT_OK(dt_comm_allreduce(c, b, n, DT_COMM_MEAN, DT_COMM_F32, 30000, &err), &err);
+        for (size_t i = 0; i < n; i++) {
+            float want = (val(i, 0) / 192.0f + val(i, 1) / 192.0f) / 2.0f;
+            if (b[i] != want)
+                DT_FAIL_("rank %d n %zu: b[%zu] = %.9g, want %.9g", r->rank, n, i, b[i], want);
+        }
+        same_bits_everywhere(c, b, n * 4);
+        free(b);
+    }
+}
+
+DT_TEST_TIMEOUT(comm_allreduce_pair_mean, 60)
+{
+    run_ranks(2, NULL, body_pair_mean, 0, NULL);
+    chunk_bytes = 4096;
+    run_ranks(2, NULL, body_pair_mean, 0, NULL);
+    chunk_bytes = 0;
 }
 
 static void body_mean_bf16(rank_ctx *r, dt_comm *c)
