@@ -31,15 +31,16 @@
  * chain and then copied everywhere, so every rank ends with the same bits; with a 16-bit wire
  * the owner rounds its segment through the wire format too. MEAN divides once, at the owner.
  *
- * Two ranks with a float32 all-reduce of at most 256 KiB skip the ring: each sends the other a
- * copy of its whole buffer and adds what it receives, one round trip instead of two (x0 + x1 and
- * x1 + x0 are the same float, so the bits still agree).
+ * Small float32 all-reduces (R buffers within 512 KiB) wait on round trips, not bytes: they
+ * gather every rank's whole buffer around the ring (R - 1 steps instead of 2(R - 1)) and each
+ * rank sums them in rank order, the same additions in the same order everywhere.
  *
  * Copies per byte (f32 wire): the sender's gRPC slice points into the caller's buffer (0 copies
  * in user space, then the kernel's socket copy); the receiver's gRPC reads the socket into its
  * slices (1) and the comm thread reduces or copies straight from those slices into the
- * destination (1). With f16/bf16 one conversion pass replaces the zero-copy send; the two-rank
- * swap copies its (small) buffer once before sending.
+ * destination (1). With f16/bf16 one conversion pass replaces the zero-copy send; a gathered
+ * all-reduce copies its (small) buffer into the gather area and each received one out of the
+ * slices, then sums.
  *
  * Failures: every collective has a deadline. A broken stream (a peer died, kill -9) fails the
  * collective and poisons the comm; the error names the task ("worker:2 at 10.1.2.3:7001"). The

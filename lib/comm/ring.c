@@ -33,8 +33,10 @@
  * switches, which dominate once the CPUs are busy: against a 64 KiB floor, 512 KiB made a 1 MB
  * all-reduce 0.75 ms rather than 1.00 (R=2, loopback, 2 CPUs) and 4 MB at R=4 8.9 ms rather
  * than 11.9, with a third less CPU. */
-#define MIN_SPLIT      (512u << 10)
-#define PAIR_MAX_BYTES (256u << 10) /* two ranks swap whole all-reduces up to this size */
+#define MIN_SPLIT (512u << 10)
+/* All-reduces whose R buffers together fit here gather rather than reduce-scatter (start_req):
+ * up to 256 KiB at R = 2, 128 KiB at R = 4. */
+#define GATHER_MAX_BYTES (512u << 10)
 
 typedef enum req_kind { REQ_ALLREDUCE, REQ_BROADCAST, REQ_ALLGATHER } req_kind;
 typedef enum recv_op { RECV_ADD, RECV_COPY } recv_op;
@@ -72,8 +74,8 @@ struct dt_comm_req {
     size_t next_send[MAX_STREAMS], next_recv[MAX_STREAMS];
     size_t sends_done, recvs_done;
     uint8_t *recvd;
-    uint16_t *stage; /* 16-bit wire staging; a pair exchange's copy of the buffer */
-    int pair;        /* see start_req */
+    uint16_t *stage; /* 16-bit wire staging */
+    float *gather;   /* small all-reduces: every rank's buffer, by rank (see start_req) */
     int slices;      /* zero-copy sends gRPC still holds (ref_mu) */
     dt_status st;
     char msg[1024];
@@ -210,9 +212,10 @@ static void region(const dt_comm_req *r, size_t m, int send, size_t *off, size_t
     *op = RECV_COPY;
     switch (r->kind) {
     case REQ_ALLREDUCE:
-        if (r->pair) {
+        if (r->gather) {
+            b = send ? mod(me - t, R) : mod(me - t - 1, R);
+            boff = r->n * (size_t)b;
             blen = r->n;
-            *op = RECV_ADD;
             break;
         }
         if (t < R - 1) {
@@ -251,8 +254,8 @@ static void plan(dt_comm_req *r)
     r->send_dep = 0;
     switch (r->kind) {
     case REQ_ALLREDUCE:
-        r->nsteps = r->pair ? 1 : 2 * (R - 1);
-        per_step = r->pair ? r->n * r->wsz : (r->n + (size_t)R - 1) / (size_t)R * r->wsz;
+        r->nsteps = r->gather ? R - 1 : 2 * (R - 1);
+        per_step = r->gather ? r->n * r->wsz : (r->n + (size_t)R - 1) / (size_t)R * r->wsz;
         break;
     case REQ_ALLGATHER:
         r->nsteps = R - 1;
@@ -279,7 +282,7 @@ static void plan(dt_comm_req *r)
         r->kc = 1;
     r->nmsg = (size_t)r->nsteps * r->kc;
     if (r->kind != REQ_BROADCAST)
-        r->send_dep = r->pair ? -1 : (int)r->kc; /* step t sends what step t-1 received */
+        r->send_dep = (int)r->kc; /* step t sends what step t-1 received */
     for (int k = 0; k < c->nstreams; k++)
         r->next_send[k] = r->next_recv[k] = (size_t)k;
 }
@@ -313,6 +316,10 @@ static void apply(dt_comm_req *r, recv_op op, size_t at, const uint8_t *p, size_
 {
     if (r->kind != REQ_ALLREDUCE) {
         memcpy(r->buf + at, p, n);
+        return;
+    }
+    if (r->gather) {
+        memcpy(r->gather + at, p, n * 4);
         return;
     }
     float *d = (float *)r->buf + at;
@@ -406,14 +413,30 @@ static bool consume(dt_comm_req *r, size_t m, dt_rpc_msg *msg)
     return true;
 }
 
+/* A gathered all-reduce is complete: its sum, in rank order, lands in the caller's buffer. */
+static void sum_gathered(dt_comm_req *r)
+{
+    float *d = (float *)r->buf;
+    const float *g = r->gather;
+    size_t n = r->n;
+    int R = r->c->world;
+    memcpy(d, g, n * 4);
+    for (int k = 1; k < R; k++)
+        for (size_t i = 0; i < n; i++)
+            d[i] += g[(size_t)k * n + i];
+    if (r->op == DT_COMM_MEAN)
+        for (size_t i = 0; i < n; i++)
+            d[i] /= (float)R;
+}
+
 static bool send_msg(dt_comm_req *r, ring_stream *rs, size_t m)
 {
     size_t off, len;
     recv_op op;
     region(r, m, 1, &off, &len, &op);
     const void *p;
-    if (r->pair) {
-        p = (const float *)(const void *)r->stage + off;
+    if (r->gather) {
+        p = r->gather + off;
     } else if (r->kind == REQ_ALLREDUCE && r->wire != DT_COMM_F32) {
         to_wire(r, off, len);
         p = r->stage + off;
@@ -469,6 +492,8 @@ static void pump(dt_comm *c)
             size_t want_s = r->has_send ? r->nmsg : 0, want_r = r->has_recv ? r->nmsg : 0;
             if (r->sends_done < want_s || r->recvs_done < want_r)
                 return;
+            if (r->gather)
+                sum_gathered(r);
             req_finish(r, DT_OK, NULL);
         }
         c->head = r->next;
@@ -489,23 +514,23 @@ static void start_req(dt_comm_req *r)
         req_finish(r, DT_OK, NULL);
         return;
     }
-    /* Two ranks and a small float32 all-reduce: each sends the other its whole buffer (from a
-     * copy, since the received one is added in place) and adds what it receives. The same bytes
-     * as the ring's two steps, in one round trip, which is what small sizes wait on; from about
-     * 256 KiB the ring's pipelined halves do better. x0 + x1 and x1 + x0 are the same float, so
-     * both ranks hold the same bits (two NaNs may keep different payloads). */
-    r->pair = r->kind == REQ_ALLREDUCE && c->world == 2 && r->wire == DT_COMM_F32 &&
-              r->n * 4 <= PAIR_MAX_BYTES;
+    /* A small float32 all-reduce waits on round trips, not bytes: gather every rank's buffer
+     * around the ring (R - 1 steps, not 2(R - 1)) and sum them in rank order, the same
+     * additions in the same order on every rank. Each rank sends R - 1 buffers rather than
+     * 2(R - 1)/R of one, so this stops where bytes start to count. */
+    bool gather = r->kind == REQ_ALLREDUCE && r->wire == DT_COMM_F32 &&
+                  r->n * 4 * (size_t)c->world <= GATHER_MAX_BYTES;
+    if (gather) {
+        r->gather = malloc(r->n * 4 * (size_t)c->world);
+        if (r->gather)
+            memcpy(r->gather + r->n * (size_t)c->rank, r->buf, r->n * 4);
+    }
     plan(r);
     r->recvd = calloc(r->nmsg, 1);
-    if (r->pair) {
-        if ((r->stage = malloc(r->n * 4)) != NULL)
-            memcpy(r->stage, r->buf, r->n * 4);
-    } else if (r->kind == REQ_ALLREDUCE && r->wire != DT_COMM_F32) {
+    if (r->kind == REQ_ALLREDUCE && r->wire != DT_COMM_F32)
         r->stage = malloc(r->n * 2);
-    }
-    if (!r->recvd ||
-        ((r->pair || (r->kind == REQ_ALLREDUCE && r->wire != DT_COMM_F32)) && !r->stage))
+    if (!r->recvd || (gather && !r->gather) ||
+        (r->kind == REQ_ALLREDUCE && r->wire != DT_COMM_F32 && !r->stage))
         req_finish(r, DT_ENOMEM, "comm: out of memory planning the collective");
 }
 
@@ -1114,6 +1139,7 @@ dt_status dt_comm_wait(dt_comm_req *r, int64_t timeout_ms, dt_err *err)
     }
     free(r->recvd);
     free(r->stage);
+    free(r->gather);
     free(r);
     return st;
 }

@@ -172,12 +172,14 @@ DT_TEST_TIMEOUT(comm_allreduce_64mb, 120)
     run_ranks(4, "s3cret", body_allreduce, 64 << 20, NULL);
 }
 
-/* Two ranks swap small all-reduces whole (one round trip) and take the ring from 256 KiB on:
- * MEAN of inexact values gives exactly (x0 + x1) / 2 on both sides of that line, in one chunk
- * and in many (4 KiB chunks over the streams), with the same bits on both ranks. */
-static void body_pair_mean(rank_ctx *r, dt_comm *c)
+/* Small all-reduces (all R buffers within 512 KiB) gather every buffer and sum in rank order;
+ * larger ones take the ring. MEAN of inexact values: exactly the rank-order sum / R on the
+ * gathered side of that line, within float rounding on the other; in one chunk and in many
+ * (4 KiB chunks over the streams); the same bits on every rank either way. */
+static void body_gather_mean(rank_ctx *r, dt_comm *c)
 {
-    static const size_t sizes[] = {1000, 30000, 65536, 65537};
+    size_t edge = (512u << 10) / 4 / (size_t)r->world;
+    size_t sizes[] = {1000, 30000, edge, edge + 1};
     dt_err err = {0};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         size_t n = sizes[s];
@@ -186,21 +188,30 @@ static void body_pair_mean(rank_ctx *r, dt_comm *c)
             b[i] = val(i, r->rank) / 192.0f;
         ASSERT_OK(dt_comm_allreduce(c, b, n, DT_COMM_MEAN, DT_COMM_F32, 30000, &err), &err);
         for (size_t i = 0; i < n; i++) {
-            float want = (val(i, 0) / 192.0f + val(i, 1) / 192.0f) / 2.0f;
-            if (b[i] != want)
-                DT_FAIL_("rank %d n %zu: b[%zu] = %.9g, want %.9g", r->rank, n, i, b[i], want);
+            float want = val(i, 0) / 192.0f, mag = fabsf(want);
+            for (int k = 1; k < r->world; k++) {
+                want += val(i, k) / 192.0f;
+                mag += fabsf(val(i, k) / 192.0f);
+            }
+            want /= (float)r->world;
+            bool ok = n <= edge ? b[i] == want : fabsf(b[i] - want) <= 1e-6f * mag;
+            if (!ok)
+                DT_FAIL_("R %d rank %d n %zu: b[%zu] = %.9g, want %.9g", r->world, r->rank, n, i,
+                         b[i], want);
         }
         same_bits_everywhere(c, b, n * 4);
         free(b);
     }
 }
 
-DT_TEST_TIMEOUT(comm_allreduce_pair_mean, 60)
+DT_TEST_TIMEOUT(comm_allreduce_small_gather, 90)
 {
-    run_ranks(2, NULL, body_pair_mean, 0, NULL);
-    chunk_bytes = 4096;
-    run_ranks(2, NULL, body_pair_mean, 0, NULL);
-    chunk_bytes = 0;
+    for (int R = 2; R <= 4; R++) {
+        run_ranks(R, NULL, body_gather_mean, 0, NULL);
+        chunk_bytes = 4096;
+        run_ranks(R, NULL, body_gather_mean, 0, NULL);
+        chunk_bytes = 0;
+    }
 }
 
 static void body_mean_bf16(rank_ctx *r, dt_comm *c)
