@@ -456,7 +456,7 @@ static int bench_allreduce(int argc, char **argv)
             for (size_t i = 0; i < rep->n_rows; i++)
                 if (rep->rows[i]->bytes == rep->stream_bytes && rep->rows[i]->time_s > 0)
                     last = (double)rep->rows[i]->bytes / rep->rows[i]->time_s / 1e9 * bus;
-            printf("\none raw gRPC stream (%s, one-stream broadcast): %.3f GB/s", sz,
+            printf("\none raw gRPC stream (%s, rank 0 to rank 1, one stream): %.3f GB/s", sz,
                    rep->stream_gbps);
             if (last > 0)
                 printf("; busbw at %s is %.0f%% of it", sz, 100 * last / rep->stream_gbps);

@@ -67,12 +67,13 @@ static void set_comm(bench_job *j, dt_comm *c)
     pthread_mutex_unlock(&j->d->mu);
 }
 
-static dt_status open_comm(bench_job *j, uint64_t session, int streams, size_t chunk, dt_comm **c,
-                           dt_err *err)
+/* A comm of the first world ranks (the whole cluster, or ranks 0 and 1 for the raw stream). */
+static dt_status open_comm(bench_job *j, uint64_t session, int world, int streams, size_t chunk,
+                           dt_comm **c, dt_err *err)
 {
     dt_daemon_comm *d = j->d;
     dt_comm_opts o = {.rank = d->spec->self.rank,
-                      .world = d->spec->world_size,
+                      .world = world,
                       .addresses = (const char *const *)d->addrs,
                       .names = (const char *const *)d->names,
                       .token = d->token,
@@ -137,7 +138,8 @@ static dt_status bench_run(bench_job *j, dt_err *err)
     dt_comm_wire wire = parse_wire(q->wire);
     int iters = q->iters ? (int)q->iters : 5, warm = (int)q->warmup;
     dt_comm *c = NULL;
-    DT_TRY(open_comm(j, q->session, (int)q->streams, q->chunk_bytes, &c, err));
+    DT_TRY(
+        open_comm(j, q->session, j->d->spec->world_size, (int)q->streams, q->chunk_bytes, &c, err));
     DT_INFO("comm", "bench session %016llx: ring connected, %zu sizes, %d iterations",
             (unsigned long long)q->session, q->n_sizes, iters);
     dt_status st = DT_OK;
@@ -171,13 +173,15 @@ static dt_status bench_run(bench_job *j, dt_err *err)
         j->row_ptrs[j->reply.n_rows++] = row;
     }
     close_comm(j, c);
-    if (st != DT_OK || !q->raw_stream || j->d->spec->world_size < 2 || !maxb)
+    if (st != DT_OK || !q->raw_stream || j->d->spec->world_size < 2 || !maxb ||
+        j->d->spec->self.rank > 1)
         return st;
-    /* One raw stream: a 1-stream broadcast from rank 0 (rank 0 -> 1 is one gRPC stream). */
+    /* One raw stream: a 1-stream broadcast from rank 0 to rank 1, the two alone (with more ranks
+     * a broadcast would relay through all of them). */
     uint8_t *b = calloc(maxb, 1);
     if (!b)
         return dt_err_set(err, DT_ENOMEM, "bench: cannot allocate %zu bytes", maxb);
-    st = open_comm(j, q->session ^ 0x5354524541ull, 1, 4u << 20, &c, err);
+    st = open_comm(j, q->session ^ 0x5354524541ull, 2, 1, 4u << 20, &c, err);
     if (st == DT_OK) {
         for (int i = 0; i < warm && st == DT_OK; i++)
             st = dt_comm_broadcast(c, b, maxb, 0, COLL_TIMEOUT_MS, err);
