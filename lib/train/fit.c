@@ -110,6 +110,9 @@ static void on_grad_ready(void *ctx, size_t offset)
         t->hook_st = start_bucket(t, &t->hook_err);
 }
 
+/* Keeps the per-step Dropout streams apart from the weight initialiser's (same spec seed). */
+#define STEP_RNG_SALT 0x44726f706f75ull
+
 /* A last bucket of at most this many gradients (256 KiB) joins the step's small collective. */
 #define TAIL_BUCKET_FLOATS (64u << 10)
 
@@ -319,7 +322,6 @@ typedef struct position {
     int64_t epoch;       /* epochs completed */
     int64_t step;        /* steps done in epoch `epoch` */
     int64_t global_step; /* optimizer iterations */
-    uint64_t rng[4];
     int64_t resumed;
 } position;
 
@@ -328,17 +330,14 @@ static dt_status save_checkpoint(dt_trainer *t, const position *pos, dt_err *err
     if (!t->ckpt_dir)
         return DT_OK;
     DT_TRY(dt__train_mkdirs(t->ckpt_dir, err));
-    char path[4200], ep[32], st[32], gs[32], rng[80];
+    char path[4200], ep[32], st[32], gs[32];
     snprintf(path, sizeof path, "%s/ckpt-%" PRId64 ".safetensors", t->ckpt_dir, pos->global_step);
     snprintf(ep, sizeof ep, "%" PRId64, pos->epoch);
     snprintf(st, sizeof st, "%" PRId64, pos->step);
     snprintf(gs, sizeof gs, "%" PRId64, pos->global_step);
-    const dt_rng *r = dt_model_rng(t->m);
-    snprintf(rng, sizeof rng, "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64, r->s[0],
-             r->s[1], r->s[2], r->s[3]);
-    const char *meta[] = {"format",    "dtrain-ckpt-1",   "epoch", ep,    "step",
-                          st,          "global_step",     gs,      "rng", rng,
-                          "spec_hash", t->spec->hash_hex, NULL,    NULL};
+    const char *meta[] = {
+        "format", "dtrain-ckpt-1", "epoch",           ep,   "step", st, "global_step",
+        gs,       "spec_hash",     t->spec->hash_hex, NULL, NULL};
     dt_status s = dt_train_save_weights(t->m, t->opt, meta, path, err);
     if (s != DT_OK) {
         dt_err_prefix(err, "checkpoint: ");
@@ -376,14 +375,6 @@ static dt_status load_start(dt_trainer *t, position *pos, dt_err *err)
             pos->epoch = meta_i64(f, "epoch");
             pos->step = meta_i64(f, "step");
             pos->global_step = meta_i64(f, "global_step");
-            const char *r = dt_st_metadata(f, "rng");
-            if (r && strlen(r) == 64)
-                for (int i = 0; i < 4; i++) {
-                    char w[17];
-                    memcpy(w, r + 16 * i, 16);
-                    w[16] = '\0';
-                    pos->rng[i] = strtoull(w, NULL, 16);
-                }
             dt_st_free(f);
         }
         if (st == DT_OK)
@@ -392,8 +383,6 @@ static dt_status load_start(dt_trainer *t, position *pos, dt_err *err)
             DT_INFO("train", "resuming from %s: epoch %" PRId64 ", step %" PRId64, path, pos->epoch,
                     pos->step);
             pos->resumed = 1;
-            if (pos->rng[0] | pos->rng[1] | pos->rng[2] | pos->rng[3])
-                memcpy(dt_model_rng(t->m)->s, pos->rng, sizeof pos->rng);
         }
         free(path);
         return st;
@@ -405,7 +394,6 @@ static dt_status load_start(dt_trainer *t, position *pos, dt_err *err)
             return st;
         }
     }
-    memcpy(pos->rng, dt_model_rng(t->m)->s, sizeof pos->rng);
     return DT_OK;
 }
 
@@ -423,12 +411,6 @@ static dt_status sync_start(dt_trainer *t, const dt_train_comm *c, position *pos
     for (size_t k = 0; k < dt_optim_slot_count(t->opt); k++)
         DT_TRY(broadcast(c, dt_optim_slot(t->opt, k, NULL), n * sizeof(float), err));
     dt_optim_set_iterations(t->opt, pos->global_step);
-    /* Dropout: rank 0 keeps the chief's stream (so one replica replays a one-process run);
-     * the others derive their own from it, so replicas do not drop the same units. */
-    dt_rng *r = dt_model_rng(t->m);
-    memcpy(r->s, pos->rng, sizeof pos->rng);
-    if (c->rank > 0)
-        dt_rng_seed2(r, pos->rng[0] ^ pos->rng[2], (uint64_t)c->rank);
     return DT_OK;
 }
 
@@ -625,6 +607,12 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
                                   t->steps);
             sums st = {0};
             bool stop = false;
+            /* Dropout's draws in step g come from (seed, g, rank) alone: a run resumed from a
+             * checkpoint draws what an unbroken run draws, on every replica; rank 0 draws what a
+             * one-replica run draws for the same examples; replicas never drop alike. */
+            dt_rng_seed2(dt_model_rng(t->m),
+                         t->seed ^ STEP_RNG_SALT ^ (uint64_t)pos.global_step * 0x9e3779b97f4a7c15u,
+                         (uint64_t)c->rank);
             DT_TRY(run_step(t, c, b, &st, &stop, err));
             pos.global_step++;
             ep.loss += st.loss;

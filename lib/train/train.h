@@ -52,7 +52,8 @@
  * Weight files are safetensors with Keras names ("conv2d/kernel", DESIGN layouts), optimizer
  * slots as "optimizer/<layer>/<var>/<slot>", and __metadata__ keys "format" ("dtrain-ckpt-1"),
  * "epoch" (epochs completed), "step" (steps done in the current epoch), "global_step",
- * "iterations", "rng" (the dropout RNG, 4 hex words), "spec_hash", "model".
+ * "iterations", "spec_hash", "model". Dropout needs no state there: step g draws from
+ * (the spec's seed, g, rank) alone.
  *
  * Threads: every function runs on the calling (trainer) thread; the data pipeline has its own
  * prefetch thread inside. Progress callbacks run on the trainer thread, inside dt_train_fit; they

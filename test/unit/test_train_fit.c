@@ -237,6 +237,46 @@ DT_TEST_TIMEOUT(train_checkpoint_resume, 120)
     dt_jobspec_destroy(&spec);
 }
 
+/* With Dropout too: step g draws from (seed, g, rank) alone, so every replica of a resumed run
+ * draws what it drew in the unbroken one. The run itself differs from the Dropout-free one. */
+DT_TEST_TIMEOUT(train_checkpoint_resume_dropout, 120)
+{
+    tt_setup(N_TRAIN, N_VAL);
+    char ref_dir[1024], run_dir[1024];
+    snprintf(ref_dir, sizeof ref_dir, "%s/ref", dt_test_tmpdir());
+    snprintf(run_dir, sizeof run_dir, "%s/run", dt_test_tmpdir());
+    dt_jobspec spec, plain;
+    const char *ck = ", \"checkpoint\": {\"save_freq\": 4, \"keep\": 2}";
+    tt_parse(tt_spec_model(TT_MODEL_DROPOUT, 2, 16, "\"adam\"", ck), &spec);
+    tt_parse(tt_spec(2, 16, "\"adam\"", ck), &plain);
+    dt_train_opts o = dt_train_opts_default();
+    tt_replica ref[2], run[2], p[2];
+    o.out_dir = ref_dir;
+    tt_run(&spec, 2, &o, -1, 0, ref);
+    ASSERT_EQ(ref[0].st, DT_OK);
+    ASSERT_EQ(ref[1].res.weights_hash, ref[0].res.weights_hash);
+    o.out_dir = run_dir;
+    tt_run(&spec, 2, &o, 0, 10, run); /* cancelled during step 10 */
+    ASSERT_EQ(run[0].st, DT_ECANCELED);
+    tt_free(run, 2);
+    o.resume = true;
+    tt_run(&spec, 2, &o, -1, 0, run);
+    ASSERT_EQ(run[0].st, DT_OK);
+    ASSERT_TRUE(run[0].res.resumed);
+    ASSERT_EQ(run[0].res.weights_hash, ref[0].res.weights_hash);
+    ASSERT_EQ(run[1].res.weights_hash, ref[0].res.weights_hash);
+    o.resume = false;
+    o.out_dir = NULL;
+    tt_run(&plain, 2, &o, -1, 0, p);
+    ASSERT_EQ(p[0].st, DT_OK);
+    ASSERT_NE(p[0].res.weights_hash, ref[0].res.weights_hash); /* the masks did something */
+    tt_free(ref, 2);
+    tt_free(run, 2);
+    tt_free(p, 2);
+    dt_jobspec_destroy(&spec);
+    dt_jobspec_destroy(&plain);
+}
+
 /* BatchNormalization's moving statistics are averaged across replicas every step, so even a
  * model with non-trainable state ends bit-identical everywhere (the hash covers the state). */
 DT_TEST_TIMEOUT(train_batchnorm_replicas_identical, 60)

@@ -73,11 +73,26 @@ static inline void tt_write_idx(const char *dir, const char *stem, int n, uint64
 
 /* A job spec over data written by tt_write_idx("train", "val") in the data root; extra is
  * appended inside the top-level object (", \"checkpoint\": {...}" or ""). */
-static inline const char *tt_spec(int epochs, int batch, const char *optimizer, const char *extra)
+/* TT_MODEL with a Dropout(0.3) behind the hidden layer. */
+#define TT_MODEL_DROPOUT                                                                           \
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"tiny\", \"layers\": ["              \
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8, 8, 1], "       \
+    "\"name\": \"in\"}}, "                                                                         \
+    "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"conv\", \"filters\": 4, "               \
+    "\"kernel_size\": [3, 3], \"activation\": \"relu\"}}, "                                        \
+    "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"flat\"}}, "                            \
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"hidden\", \"units\": 16, "               \
+    "\"activation\": \"relu\"}}, "                                                                 \
+    "{\"class_name\": \"Dropout\", \"config\": {\"name\": \"drop\", \"rate\": 0.3}}, "             \
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 4}}]}}"
+
+/* tt_spec with another model (Keras JSON). */
+static inline const char *tt_spec_model(const char *model, int epochs, int batch,
+                                        const char *optimizer, const char *extra)
 {
     static char buf[16384];
     snprintf(buf, sizeof buf,
-             "{\"name\": \"tiny\", \"model\": " TT_MODEL ", "
+             "{\"name\": \"tiny\", \"model\": %s, "
              "\"compile\": {\"optimizer\": %s, \"loss\": {\"class_name\": "
              "\"SparseCategoricalCrossentropy\", \"config\": {\"from_logits\": true}}, "
              "\"metrics\": [\"accuracy\"]}, "
@@ -89,8 +104,13 @@ static inline const char *tt_spec(int epochs, int batch, const char *optimizer, 
              "\"image_shape\": [8, 8, 1]}, \"shuffle\": false, \"seed\": 7, "
              "\"shard_policy\": \"DATA\"}, "
              "\"fit\": {\"epochs\": %d, \"batch_size\": %d}%s}",
-             optimizer, epochs, batch, extra ? extra : "");
+             model, optimizer, epochs, batch, extra ? extra : "");
     return buf;
+}
+
+static inline const char *tt_spec(int epochs, int batch, const char *optimizer, const char *extra)
+{
+    return tt_spec_model(TT_MODEL, epochs, batch, optimizer, extra);
 }
 
 /* Data root = state dir = the test's tmp dir; n_train / n_val synthetic examples. */
