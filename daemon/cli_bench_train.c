@@ -1,10 +1,11 @@
 /*
  * dtrain bench train --workers R - data-parallel training throughput of a formed cluster. It
- * asks the chief for the world size, submits a one-epoch job (the model, Fashion-MNIST or
- * --data, global batch B, no shuffle, DATA sharding, SGD or --optimizer, no validation, no
- * checkpoints within the run), follows its step events and times the steps after the warm-up
- * from the events' elapsed_s, which counts from the epoch's start: the job's preparation (model
- * build, data decode, weight broadcast) is not timed.
+ * asks the chief for the world size, submits a job (the model, Fashion-MNIST or --data, global
+ * batch B, no shuffle, DATA sharding, SGD or --optimizer, no validation, no checkpoints within
+ * the run) of W + N steps, follows its step events and times the steps after the warm-up from
+ * the chief's event times: the job's preparation (model build, data decode, weight broadcast) is
+ * not timed. On Fashion-MNIST the steps may span several epochs (large global batches), epoch
+ * boundaries included; a --data split runs one epoch, which must hold W + N batches.
  */
 #include "cli.h"
 #include "cli_bench.h"
@@ -19,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+#define FMNIST_DIR     "/usr/share/datasets/fashion-mnist"
+#define FMNIST_TRAIN_N 60000
 /* Far past any run's steps: the job writes no step checkpoint while it is timed. */
 #define NO_CHECKPOINT_STEPS 1000000000
 
@@ -77,6 +79,23 @@ static cJSON *train_split(const char *data)
     return j;
 }
 
+/* The run's shape: epochs of steps_per_epoch steps, at least W + N in all. Fashion-MNIST's
+ * epoch holds at least 60,000 / B whole global batches; a --data split's size is not known
+ * here, so it runs one epoch. */
+typedef struct run_plan {
+    int epochs;
+    int steps_per_epoch;
+} run_plan;
+
+static run_plan plan_run(const dt_bench_train_opts *o)
+{
+    int want = o->warmup + o->steps, per = FMNIST_TRAIN_N / o->batch;
+    if (o->data || per < 1 || want <= per)
+        return (run_plan){1, want};
+    int epochs = (want + per - 1) / per;
+    return (run_plan){epochs, (want + epochs - 1) / epochs};
+}
+
 /* The job spec of the run, or NULL after printing why. */
 static cJSON *build_spec(const dt_bench_train_opts *o)
 {
@@ -116,9 +135,10 @@ static cJSON *build_spec(const dt_bench_train_opts *o)
     cJSON_AddNumberToObject(data, "seed", 1);
     cJSON_AddStringToObject(data, "shard_policy", "DATA");
     cJSON *fit = cJSON_AddObjectToObject(spec, "fit");
-    cJSON_AddNumberToObject(fit, "epochs", 1);
+    run_plan rp = plan_run(o);
+    cJSON_AddNumberToObject(fit, "epochs", rp.epochs);
     cJSON_AddNumberToObject(fit, "batch_size", o->batch);
-    cJSON_AddNumberToObject(fit, "steps_per_epoch", o->warmup + o->steps);
+    cJSON_AddNumberToObject(fit, "steps_per_epoch", rp.steps_per_epoch);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(spec, "checkpoint"), "save_freq",
                             NO_CHECKPOINT_STEPS);
     if (o->compression || o->bucket_mb || o->first_bucket_mb) {
@@ -149,32 +169,35 @@ static int world_size(dt_cli_conn *c, bool *formed)
     return n;
 }
 
-/* A step of epoch 1 as its event tells it: steps done and seconds since the epoch began. */
+/* A point of the run: steps done since the job's first, and the chief's clock then. */
 typedef struct mark {
     uint64_t step;
-    double elapsed_s;
+    double time_s;
 } mark;
 
 typedef struct follow {
-    uint64_t steps; /* the epoch's steps (0 until known) */
+    uint64_t steps; /* the run's steps (epochs x the epoch's steps; 0 until known) */
     mark start;     /* the first step event at or past the warm-up */
     bool have_start;
-    mark before; /* the last step event before the warm-up ended */
-    mark end;    /* the epoch's last step */
+    mark before; /* the last step event before the warm-up ended, or the first epoch's start */
+    mark end;    /* the run's last step */
     bool have_end;
 } follow;
 
 static void on_event(follow *f, int warmup, const Dtrain__V1__JobEvent *e)
 {
-    if (e->epoch != 1 || strcmp(e->kind, "step") != 0)
+    if (e->epoch == 1 && !strcmp(e->kind, "epoch_begin") && !f->before.time_s) {
+        f->before = (mark){0, e->time_unix};
         return;
-    mark m = {e->step, e->elapsed_s};
-    if (e->steps)
-        f->steps = e->steps;
-    if (e->steps && e->step >= e->steps) {
+    }
+    if (e->epoch < 1 || !e->steps || strcmp(e->kind, "step") != 0)
+        return;
+    mark m = {(uint64_t)(e->epoch - 1) * e->steps + e->step, e->time_unix};
+    f->steps = (uint64_t)e->epochs * e->steps;
+    if (m.step >= f->steps) {
         f->end = m;
         f->have_end = true;
-    } else if (e->step >= (uint64_t)warmup) {
+    } else if (m.step >= (uint64_t)warmup) {
         if (!f->have_start)
             f->start = m, f->have_start = true;
     } else {
@@ -291,10 +314,8 @@ int dt_cli_bench_train_cluster(const dt_bench_train_opts *o)
         goto out;
     /* Step events come at most ten a second, so the timed span starts at the first event at or
      * past the warm-up; were there none, at the last one before it (or the epoch's start). */
-    mark start = f.have_start ? f.start : f.before;
-    if (o->warmup == 0)
-        start = (mark){0, 0};
-    if (!f.have_end || f.end.step <= start.step || f.end.elapsed_s <= start.elapsed_s) {
+    mark start = f.have_start && o->warmup > 0 ? f.start : f.before;
+    if (!f.have_end || f.end.step <= start.step || f.end.time_s <= start.time_s) {
         fprintf(stderr,
                 "dtrain bench train: job %s ran %llu step%s, too few to time after %d warm-up "
                 "steps (the data gives fewer than --warmup + --steps?)\n",
@@ -310,7 +331,7 @@ int dt_cli_bench_train_cluster(const dt_bench_train_opts *o)
                 (unsigned long long)start.step + 1, (unsigned long long)f.end.step,
                 (unsigned long long)(o->warmup - start.step));
     uint64_t timed = f.end.step - start.step;
-    double secs = f.end.elapsed_s - start.elapsed_s, step_s = secs / (double)timed;
+    double secs = f.end.time_s - start.time_s, step_s = secs / (double)timed;
     double sps = o->batch / step_s;
     if (o->json) {
         cJSON *j = cJSON_CreateObject();

@@ -10,8 +10,8 @@
 #
 #   --net      loopback (default): all workers on 127.0.0.1; netns: each on its own
 #              scripts/netns-cluster.sh host (own namespace and address, egress shaped to --rate)
-#   --steps    timed steps per run (default 100; 10 warm-up steps come first); fewer when one
-#              epoch of Fashion-MNIST (60,000 images) holds fewer global batches (then 5 warm-up)
+#   --steps    timed steps per run (default 100; 10 warm-up steps come first); no more than one
+#              epoch of Fashion-MNIST (60,000 images) holds after the warm-up, but at least 20
 #   --batch    the global batch, split over R workers (strong scaling; default 64)
 #   --local-batch  per-worker batches, a list: the global batch is B x R (weak scaling, the
 #              usual definition of scaling efficiency: samples/s at R / (R x samples/s at R=1)
@@ -128,18 +128,18 @@ if wants ddp; then
 fi
 pb_check_dtrain_and_nets
 
-# The run's global batch (GB), warm-up (WU) and timed steps (NS): one epoch of Fashion-MNIST
-# must hold WU + NS global batches (bench train runs one epoch). set_run R LOCAL_BATCH|0
+# The run's global batch (GB), warm-up (WU) and timed steps (NS): --steps, but no more than
+# an epoch of Fashion-MNIST holds after the warm-up, and at least 20 (a run may then span
+# epochs, which bench train times across). set_run R LOCAL_BATCH|0
 set_run() {
   local r=$1 lb=$2
   GB=$BATCH
   ((lb == 0)) || GB=$((lb * r))
+  ((GB <= FMNIST_N)) || { note "global batch $GB: more than Fashion-MNIST's $FMNIST_N images"; return 1; }
   WU=10 NS=$STEPS
-  if ((FMNIST_N / GB < WU + NS)); then
-    WU=5
-    NS=$((FMNIST_N / GB - WU))
-    ((NS >= 3)) || { note "global batch $GB: one epoch holds too few steps to time"; return 1; }
-  fi
+  ((FMNIST_N / GB - WU >= NS)) || NS=$((FMNIST_N / GB - WU))
+  ((NS >= 20)) || NS=20
+  ((NS <= STEPS)) || NS=$STEPS
 }
 
 # run_dtrain NET R OUT COMP: dtrain's figures from the cluster pb_dtrain_up formed.
