@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# timeout: 90
+# timeout: 120
 # `dtrain bench train --workers R` on a formed two-task cluster: it trains through the job
 # service and reports world_size 2 and a positive samples/s; --workers 3 on two tasks exits 2
-# before submitting anything; --compression bf16 trains on the bfloat16 wire; a spec the chief refuses exits non-zero.
+# before submitting anything; a run longer than an epoch spans epochs; --compression bf16 trains
+# on the bfloat16 wire; a spec the chief refuses exits non-zero.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
@@ -66,4 +67,26 @@ jc bench train --workers 2 --model "$DT_TEST_TMP/model.json" --steps 5 --json \
   >"$DT_TEST_TMP/bad.json" 2>"$DT_TEST_TMP/bad.err" || rc=$?
 ((rc != 0)) || dt_fail "a refused job exited 0: $(cat "$DT_TEST_TMP/bad.json")"
 [[ ! -s $DT_TEST_TMP/bad.json ]] || dt_fail "a refused job printed a result"
+# Fashion-MNIST at global batch 20000 holds 3 steps an epoch: 2 warm-up + 7 timed steps run as
+# 3 epochs of 3, timed across the epoch boundaries. Daemons of their own, whose data root holds
+# /usr/share/datasets.
+for i in 0 1; do dt_stop_daemon "bench-w$i"; done
+jobs_daemons 2 epochs --data-root /
+echo '{"class_name": "Sequential", "config": {"name": "mlp", "layers": [
+  {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 28, 28, 1], "name": "in"}},
+  {"class_name": "Flatten", "config": {"name": "flat"}},
+  {"class_name": "Dense", "config": {"name": "out", "units": 10}}]}}' >"$DT_TEST_TMP/mlp.json"
+jc bench train --workers 2 --model "$DT_TEST_TMP/mlp.json" --batch 20000 --warmup 2 --steps 7 \
+  --json >"$DT_TEST_TMP/epochs.json" 2>"$DT_TEST_TMP/epochs.err" ||
+  dt_fail "bench train over several epochs failed: $(cat "$DT_TEST_TMP/epochs.err")"
+cat "$DT_TEST_TMP/epochs.json"
+dt_assert_eq "$(dt_json_get job_steps "$DT_TEST_TMP/epochs.json")" 9 "the run's steps"
+first=$(dt_json_get first_timed_step "$DT_TEST_TMP/epochs.json")
+steps=$(dt_json_get timed_steps "$DT_TEST_TMP/epochs.json")
+dt_assert_eq "$((first + steps - 1))" 9 "the last timed step (epoch 3's last)"
+sps=$(dt_json_get samples_per_s "$DT_TEST_TMP/epochs.json")
+awk -v s="$sps" 'BEGIN { exit !(s > 0) }' || dt_fail "samples_per_s is '$sps', not > 0"
+dt_assert_eq "$(jc status "$(dt_json_get job "$DT_TEST_TMP/epochs.json")" --json | dt_json_get epochs)" \
+  3 "the job's epochs"
+
 echo "ok: bench train --workers"
