@@ -67,6 +67,7 @@ jc bench train --workers 2 --model "$DT_TEST_TMP/model.json" --steps 5 --json \
   >"$DT_TEST_TMP/bad.json" 2>"$DT_TEST_TMP/bad.err" || rc=$?
 ((rc != 0)) || dt_fail "a refused job exited 0: $(cat "$DT_TEST_TMP/bad.json")"
 [[ ! -s $DT_TEST_TMP/bad.json ]] || dt_fail "a refused job printed a result"
+
 # Fashion-MNIST at global batch 20000 holds 3 steps an epoch: 2 warm-up + 7 timed steps run as
 # 3 epochs of 3, timed across the epoch boundaries. Daemons of their own, whose data root holds
 # /usr/share/datasets.
