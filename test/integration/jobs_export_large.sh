@@ -98,6 +98,18 @@ same_tensors "$csrc" "$DT_TEST_TMP/c.safetensors" || dt_fail "the export is not 
 n=$(ls "$DT_TEST_TMP"/xl-w0/jobs/1/.export-cache-* | wc -l)
 dt_assert_eq "$n" 2 "converted files kept on the chief (final weights, checkpoint)"
 
+# The chief's refusals (offsets, forged pins, a pinned source that vanished), from a C client.
+probe_ok=0
+for r in "$DT_BIN_DIR/../build/dt_test" "$DT_BIN_DIR/../dt_test" "$DT_SRC_DIR/build/dt_test"; do
+  if [[ -x $r ]]; then
+    DT_EXPORT_PROBE_ADDR=$JOBS_ADDR DT_EXPORT_PROBE_CKPT_DIR=$(dirname "$csrc") \
+      "$r" --run-one export_rpc_refusals || dt_fail "the chief's export refusals (see above)"
+    probe_ok=1
+    break
+  fi
+done
+((probe_ok)) || dt_fail "no dt_test binary next to $DT_BIN_DIR"
+
 # A failed export leaves no file: an unknown job, and an output directory that does not exist.
 rc=0; jc export 9 -o "$DT_TEST_TMP/x.safetensors" 2>"$DT_TEST_TMP/err" || rc=$?
 dt_assert_eq "$rc" 2 "export of an unknown job"

@@ -24,8 +24,7 @@ static void write_ckpt(const char *path, size_t n, float v)
     dt_err err = {0};
     dt_st_writer *wr = dt_st_writer_new();
     ASSERT_OK(dt_st_writer_add(wr, "dense/kernel", DT_ST_F32, 1, shape, w, &err), &err);
-    ASSERT_OK(dt_st_writer_add(wr, "optimizer/dense/kernel/m", DT_ST_F32, 1, shape, w, &err),
-              &err);
+    ASSERT_OK(dt_st_writer_add(wr, "optimizer/dense/kernel/m", DT_ST_F32, 1, shape, w, &err), &err);
     ASSERT_OK(dt_st_writer_write(wr, path, &err), &err);
     dt_st_writer_free(wr);
     free(w);
@@ -355,4 +354,95 @@ DT_TEST(export_fetch_stops_early_for_weights_already_seen)
     ASSERT_EQ(info.bytes, 10);
     dt_export_info_destroy(&info);
     ASSERT_FALSE(leftovers(dt_test_tmpdir()));
+}
+
+/* ---- a real chief (run by test/integration/jobs_export_large.sh, skipped otherwise) -------- */
+
+static dt_status probe(dt_rpc_channel *ch, const char *id, bool checkpoint, bool chunked,
+                       uint64_t offset, const char *pin, Dtrain__V1__ExportReply **rep, dt_err *err)
+{
+    Dtrain__V1__ExportRequest req = DTRAIN__V1__EXPORT_REQUEST__INIT;
+    req.id = (char *)id;
+    req.checkpoint = checkpoint;
+    req.chunked = chunked;
+    req.offset = offset;
+    req.source_path = (char *)pin;
+    *rep = NULL;
+    memset(err, 0, sizeof *err);
+    return dt_rpc_unary(ch, "/dtrain.v1.Jobs/Export", &req.base,
+                        &dtrain__v1__export_reply__descriptor, (ProtobufCMessage **)rep, 30000,
+                        err);
+}
+
+/* DT_EXPORT_PROBE_ADDR: the chief; job 1 there succeeded and has a checkpoint at step 2, over
+ * one piece; DT_EXPORT_PROBE_CKPT_DIR: its checkpoint directory (on this host). */
+DT_TEST(export_rpc_refusals)
+{
+    const char *addr = getenv("DT_EXPORT_PROBE_ADDR");
+    const char *dir = getenv("DT_EXPORT_PROBE_CKPT_DIR");
+    if (!addr || !dir)
+        DT_SKIP("run by test/integration/jobs_export_large.sh against its chief");
+    dt_err err = {0};
+    dt_rpc_channel *ch;
+    ASSERT_OK(dt_rpc_channel_new(addr, NULL, &ch, &err), &err);
+    Dtrain__V1__ExportReply *r;
+    char ckpt[1024], moved[1100], other[1100];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-2.safetensors", dir);
+
+    /* An older client's request: the whole file in one reply, no total. */
+    ASSERT_OK(probe(ch, "1", false, false, 0, "", &r, &err), &err);
+    ASSERT_GT(r->safetensors.len, DT_EXPORT_CHUNK);
+    ASSERT_EQ(r->total_bytes, 0);
+    uint64_t whole = r->safetensors.len;
+    char *final_path = strdup(r->source_path);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+
+    /* Offsets and pins only with chunks; an offset past the end. */
+    ASSERT_STATUS(probe(ch, "1", false, false, 5, "", &r, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "chunked");
+    ASSERT_STATUS(probe(ch, "1", false, true, whole, final_path, &r, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "past the end");
+    /* The last piece of the final weights. */
+    ASSERT_OK(probe(ch, "1", false, true, DT_EXPORT_CHUNK, final_path, &r, &err), &err);
+    ASSERT_EQ(r->total_bytes, whole);
+    ASSERT_EQ(r->offset, DT_EXPORT_CHUNK);
+    ASSERT_EQ(r->safetensors.len, whole - DT_EXPORT_CHUNK);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+
+    /* A pin names the job's own files, nothing else on the chief. */
+    ASSERT_STATUS(probe(ch, "1", false, true, 0, "/etc/passwd", &r, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "not the final weights");
+    ASSERT_STATUS(probe(ch, "1", true, true, 0, final_path, &r, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "not one of the job's checkpoints");
+    snprintf(other, sizeof other, "%s/../ckpt-2.safetensors", dir);
+    ASSERT_STATUS(probe(ch, "1", true, true, 0, other, &r, &err), DT_EINVAL);
+    snprintf(other, sizeof other, "%s/ckpt-2.safetensors.bak", dir);
+    ASSERT_STATUS(probe(ch, "1", true, true, 0, other, &r, &err), DT_EINVAL);
+
+    /* A pinned checkpoint that vanished after the first piece: NOT_FOUND, and says what to do. */
+    ASSERT_OK(probe(ch, "1", true, true, 0, "", &r, &err), &err);
+    ASSERT_STREQ(r->source_path, ckpt);
+    ASSERT_EQ(r->global_step, 2);
+    ASSERT_EQ(r->safetensors.len, DT_EXPORT_CHUNK);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    snprintf(moved, sizeof moved, "%s.moved", ckpt);
+    ASSERT_EQ(rename(ckpt, moved), 0);
+    dt_status st = probe(ch, "1", true, true, DT_EXPORT_CHUNK, ckpt, &r, &err);
+    ASSERT_EQ(rename(moved, ckpt), 0);
+    ASSERT_STATUS(st, DT_ENOENT);
+    ASSERT_CONTAINS(err.msg, "is gone");
+    ASSERT_CONTAINS(err.msg, "fetch again");
+    /* Back in place: served again (the chief keeps the converted file per source). */
+    ASSERT_OK(probe(ch, "1", true, true, DT_EXPORT_CHUNK, ckpt, &r, &err), &err);
+    ASSERT_EQ(r->offset, DT_EXPORT_CHUNK);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    /* The final weights gone: NOT_FOUND for a pinned piece. */
+    snprintf(moved, sizeof moved, "%s.moved", final_path);
+    ASSERT_EQ(rename(final_path, moved), 0);
+    st = probe(ch, "1", false, true, DT_EXPORT_CHUNK, final_path, &r, &err);
+    ASSERT_EQ(rename(moved, final_path), 0);
+    ASSERT_STATUS(st, DT_ENOENT);
+    ASSERT_CONTAINS(err.msg, "gone");
+    free(final_path);
+    dt_rpc_channel_free(ch);
 }
