@@ -10,9 +10,10 @@
  * Chief side (thread pool, blocking): dt_export_open converts a weights or checkpoint file to the
  * exported safetensors once and keeps the result in cache_dir, named after the source's identity
  * (path, device, inode, size, mtime): every later piece of the same source reads that file with
- * pread. A changed source gets a new cache file (atomic rename); cache files not used for
- * DT_EXPORT_CACHE_IDLE_S are removed when a new one is made. Several threads may open, read and
- * convert at once: a conversion writes a unique temp file and renames it.
+ * pread. A changed source gets a new cache file (atomic rename); when one is made, only the
+ * DT_EXPORT_CACHE_KEEP most recently used stay, and none idle for DT_EXPORT_CACHE_IDLE_S. Several
+ * threads may open, read and convert at once: a conversion writes a unique temp file and renames
+ * it.
  *
  * Client side: dt_export_fetch asks for the pieces in order on one channel, checks every reply
  * (same total, the offset asked for, no empty piece before the end, the pinned source, total under
@@ -29,7 +30,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DT_EXPORT_CACHE_IDLE_S 600
+#define DT_EXPORT_CACHE_IDLE_S 600 /* a converted file unused this long is removed */
+#define DT_EXPORT_CACHE_KEEP   3   /* converted files kept per job (final, checkpoints) */
 
 /* --- chief side ------------------------------------------------------------------------------ */
 

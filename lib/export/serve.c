@@ -35,24 +35,57 @@ static uint64_t source_key(const char *path, const struct stat *st)
     return fnv(h, v, sizeof v);
 }
 
-/* Removes cache files (and temp files of crashed conversions) not used for a while. Best effort:
- * a reader that still has one open keeps its bytes; a later piece converts again. */
+typedef struct cached {
+    char name[256];
+    double mtime;
+} cached;
+
+static int newest_first(const void *a, const void *b)
+{
+    double x = ((const cached *)a)->mtime, y = ((const cached *)b)->mtime;
+    return (y > x) - (y < x);
+}
+
+/* Keeps the DT_EXPORT_CACHE_KEEP most recently used cache files (keep, just made, among them)
+ * and removes the others, and temp files of conversions that died. Best effort: a reader that
+ * still has one open keeps its bytes; a later piece converts again. */
 static void evict(const char *dir, const char *keep)
 {
     DIR *d = opendir(dir);
     if (!d)
         return;
     time_t now = time(NULL);
+    cached *list = NULL;
+    size_t n = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, CACHE_PREFIX, strlen(CACHE_PREFIX)) != 0 ||
-            strcmp(e->d_name, keep) == 0)
+            strcmp(e->d_name, keep) == 0 || strlen(e->d_name) >= sizeof list[0].name)
             continue;
         struct stat st;
-        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-            now - st.st_mtim.tv_sec > DT_EXPORT_CACHE_IDLE_S)
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        bool temp = strstr(e->d_name, ".tmp-") != NULL; /* a conversion, maybe still running */
+        if (now - st.st_mtim.tv_sec > DT_EXPORT_CACHE_IDLE_S) {
             unlinkat(dirfd(d), e->d_name, 0);
+        } else if (!temp) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 8;
+                cached *l = realloc(list, cap * sizeof *l);
+                if (!l)
+                    break;
+                list = l;
+            }
+            snprintf(list[n].name, sizeof list[n].name, "%s", e->d_name);
+            list[n++].mtime = (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec;
+        }
     }
+    if (n + 1 > DT_EXPORT_CACHE_KEEP) {
+        qsort(list, n, sizeof *list, newest_first);
+        for (size_t i = DT_EXPORT_CACHE_KEEP - 1; i < n; i++)
+            unlinkat(dirfd(d), list[i].name, 0);
+    }
+    free(list);
     closedir(d);
 }
 

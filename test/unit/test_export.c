@@ -113,6 +113,16 @@ DT_TEST(export_serve_converts_once_and_reads_pieces)
     dt_export_close(&s);
     free(again);
     free(whole);
+
+    /* More sources: only the most recently used converted files stay. */
+    for (int i = 0; i < 4; i++) {
+        char other[600];
+        snprintf(other, sizeof other, "%s/ckpt-%d.safetensors", dt_test_tmpdir(), 10 + i);
+        write_ckpt(other, 100, (float)i);
+        ASSERT_OK(dt_export_open(other, cache, &s, &err), &err);
+        dt_export_close(&s);
+    }
+    ASSERT_EQ(count_cache_files(cache), DT_EXPORT_CACHE_KEEP);
 }
 
 DT_TEST(export_serve_refuses_missing_and_bad_sources)
