@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # timeout: 180
-# Weights larger than one message: a job whose model has ~38 MB of weights (Dense 784 -> 12000
-# -> 10) trains 2 steps on Fashion-MNIST on 2 daemons; `dtrain export` fetches the final weights in
+# Weights larger than one message: a job whose model has ~76 MB of weights (Dense 784 -> 24000
+# -> 10, over the 64 MiB gRPC message) trains 2 steps on Fashion-MNIST on 2 daemons; `dtrain export` fetches the final weights in
 # pieces and the file holds exactly the chief's final tensors, `export --checkpoint` the
 # checkpoint's, and an evaluator task follows the job and evaluates its final weights.
 source "$(dirname "$0")/lib.sh"
@@ -30,7 +30,7 @@ cat >"$DT_TEST_TMP/big.json" <<'JSON'
  "model": {"class_name": "Sequential", "config": {"name": "big", "layers": [
    {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 28, 28, 1], "name": "in"}},
    {"class_name": "Flatten", "config": {"name": "flat"}},
-   {"class_name": "Dense", "config": {"name": "hidden", "units": 12000, "activation": "relu"}},
+   {"class_name": "Dense", "config": {"name": "hidden", "units": 24000, "activation": "relu"}},
    {"class_name": "Dense", "config": {"name": "out", "units": 10}}]}},
  "compile": {"optimizer": {"class_name": "Adam", "config": {"learning_rate": 0.001}},
              "loss": {"class_name": "SparseCategoricalCrossentropy", "config": {"from_logits": true}},
@@ -54,7 +54,7 @@ dt_wait_file "$EV.ready" --timeout 10 || dt_fail "the evaluator did not start"
 jc submit "$DT_TEST_TMP/big.json" --watch --json >/dev/null || dt_fail "the job did not succeed: $(jc status 1)"
 
 # Compares every model tensor of the chief's file with the exported one, byte for byte; the
-# export has nothing else (no optimizer slots) and is over one piece (32 MiB).
+# export has nothing else (no optimizer slots) and is over one message (64 MiB).
 same_tensors() {
   /usr/bin/python3 - "$1" "$2" <<'PY'
 import hashlib, json, struct, sys
@@ -67,7 +67,7 @@ def load(p):
 src, _ = load(sys.argv[1])
 exp, size = load(sys.argv[2])
 want = {k: v for k, v in src.items() if not k.startswith("optimizer/")}
-assert size > 32 << 20, f"only {size} bytes: not a multi-piece export"
+assert size > 64 << 20, f"only {size} bytes: not over one message"
 assert sorted(exp) == sorted(want) == ["hidden/bias", "hidden/kernel", "out/bias", "out/kernel"], (sorted(exp), sorted(want))
 for k in want:
     assert exp[k] == want[k], f"tensor {k} differs"
@@ -79,7 +79,7 @@ t0=$(date +%s.%N)
 jc export 1 -o "$DT_TEST_TMP/w.safetensors" --json >"$DT_TEST_TMP/export.json" || dt_fail "export"
 t1=$(date +%s.%N)
 echo "export of the final weights: $(/usr/bin/python3 -c "print(f'{$t1 - $t0:.2f}')") s wall: $(cat "$DT_TEST_TMP/export.json")"
-dt_assert_eq "$(dt_json_get chunks "$DT_TEST_TMP/export.json")" 2 "pieces of a ~38 MB export"
+dt_assert_eq "$(dt_json_get chunks "$DT_TEST_TMP/export.json")" 3 "pieces of a ~76 MB export"
 dt_assert_eq "$(dt_json_get bytes "$DT_TEST_TMP/export.json")" "$(stat -c %s "$DT_TEST_TMP/w.safetensors")" "bytes"
 src=$(dt_json_get source "$DT_TEST_TMP/export.json")
 [[ $src == "$DT_TEST_TMP"/xl-w0/* ]] || dt_fail "the final weights come from $src, not the chief's state dir"

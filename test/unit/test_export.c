@@ -384,8 +384,9 @@ static dt_status probe(dt_rpc_channel *ch, const char *id, bool checkpoint, bool
                         err);
 }
 
-/* DT_EXPORT_PROBE_ADDR: the chief; job 1 there succeeded and has a checkpoint at step 2, over
- * one piece; DT_EXPORT_PROBE_CKPT_DIR: its checkpoint directory (on this host). */
+/* DT_EXPORT_PROBE_ADDR: the chief; job 1 there succeeded, its weights are over one message
+ * (64 MiB), and it has a checkpoint at step 2; DT_EXPORT_PROBE_CKPT_DIR: its checkpoint directory
+ * (on this host). */
 DT_TEST(export_rpc_refusals)
 {
     const char *addr = getenv("DT_EXPORT_PROBE_ADDR");
@@ -399,11 +400,13 @@ DT_TEST(export_rpc_refusals)
     char ckpt[1024], moved[1100], other[1100];
     snprintf(ckpt, sizeof ckpt, "%s/ckpt-2.safetensors", dir);
 
-    /* An older client's request: the whole file in one reply, no total. */
-    ASSERT_OK(probe(ch, "1", false, false, 0, "", &r, &err), &err);
-    ASSERT_GT(r->safetensors.len, DT_EXPORT_CHUNK);
-    ASSERT_EQ(r->total_bytes, 0);
-    uint64_t whole = r->safetensors.len;
+    /* An older client's request: refused, since the file is over one message. */
+    ASSERT_STATUS(probe(ch, "1", false, false, 0, "", &r, &err), DT_ETOOBIG);
+    ASSERT_CONTAINS(err.msg, "more than one message");
+    ASSERT_OK(probe(ch, "1", false, true, 0, "", &r, &err), &err);
+    uint64_t whole = r->total_bytes;
+    ASSERT_GT(whole, DT_MAX_RPC_MSG);
+    ASSERT_EQ(r->safetensors.len, DT_EXPORT_CHUNK);
     char *final_path = strdup(r->source_path);
     protobuf_c_message_free_unpacked(&r->base, NULL);
 
@@ -413,10 +416,11 @@ DT_TEST(export_rpc_refusals)
     ASSERT_STATUS(probe(ch, "1", false, true, whole, final_path, &r, &err), DT_EINVAL);
     ASSERT_CONTAINS(err.msg, "past the end");
     /* The last piece of the final weights. */
-    ASSERT_OK(probe(ch, "1", false, true, DT_EXPORT_CHUNK, final_path, &r, &err), &err);
+    uint64_t last = (whole - 1) / DT_EXPORT_CHUNK * DT_EXPORT_CHUNK;
+    ASSERT_OK(probe(ch, "1", false, true, last, final_path, &r, &err), &err);
     ASSERT_EQ(r->total_bytes, whole);
-    ASSERT_EQ(r->offset, DT_EXPORT_CHUNK);
-    ASSERT_EQ(r->safetensors.len, whole - DT_EXPORT_CHUNK);
+    ASSERT_EQ(r->offset, last);
+    ASSERT_EQ(r->safetensors.len, whole - last);
     protobuf_c_message_free_unpacked(&r->base, NULL);
 
     /* A pin names the job's own files, nothing else on the chief. */
