@@ -423,6 +423,15 @@ dt_status dt__jobs_export_checkpoint(const char *spec_json, const char *data_roo
     const char *base = strrchr(*path, '/');
     *step = strtoull((base ? base + 1 : *path) + strlen("ckpt-"), NULL, 10);
     st = dt__jobs_export(*path, job_dir, chunked, offset, out, out_len, total, err);
+    if (st == DT_ENOENT && !(pin && *pin)) {
+        /* The latest was rotated away between the listing and the open: take the new latest. */
+        free(*path);
+        *path = NULL;
+        DT_TRY(dt_train_latest_checkpoint(dir, path, err));
+        base = strrchr(*path, '/');
+        *step = strtoull((base ? base + 1 : *path) + strlen("ckpt-"), NULL, 10);
+        st = dt__jobs_export(*path, job_dir, chunked, offset, out, out_len, total, err);
+    }
     if (st == DT_ENOENT && pin && *pin)
         dt_err_set(err, DT_ENOENT,
                    "checkpoint %s is gone (checkpoint.keep keeps only the newest ones); fetch "
