@@ -8,6 +8,7 @@
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/limits.h"
+#include "export/export.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -584,7 +585,8 @@ static void export_usage(FILE *f)
             "usage: dtrain export JOB -o FILE.safetensors [--checkpoint] [--json] [options]\n\n"
             "Fetches a succeeded job's final weights from the chief and writes them to FILE\n"
             "(safetensors, Keras names: \"<layer>/kernel\", \"<layer>/bias\", ...; no optimizer\n"
-            "state). The file is written atomically.\n\n"
+            "state). The file is written atomically; weights of any size come in pieces of\n"
+            "32 MiB (a progress line on a terminal), all from the same file on the chief.\n\n"
             "options:\n"
             "  -o, --output FILE  where to write (required)\n"
             "  --checkpoint       the job's latest checkpoint instead (any state, while it runs\n"
@@ -600,6 +602,53 @@ static int write_output(const char *verb, const char *path, const void *data, si
         return 1;
     }
     return 0;
+}
+
+/* One Export piece through the CLI's connection: a chief that is slow to accept is tried again
+ * for a few seconds, as dt_cli_call does. */
+static dt_status export_unary(void *arg, const Dtrain__V1__ExportRequest *req,
+                              Dtrain__V1__ExportReply **rep, int64_t timeout_ms, dt_err *err)
+{
+    dt_cli_conn *c = arg;
+    dt_deadline until = dt_deadline_in(timeout_ms);
+    dt_deadline retry_until = dt_deadline_in(3000);
+    for (;;) {
+        int64_t left = dt_deadline_left_ms(until);
+        dt_status st = dt_rpc_unary(c->ch, DT_CLI_RPC_JOBS_EXPORT, &req->base,
+                                    &dtrain__v1__export_reply__descriptor, (ProtobufCMessage **)rep,
+                                    left > 0 ? left : 1, err);
+        if (st != DT_EPEER || !dt_cli_not_connected(err) || dt_deadline_passed(retry_until) ||
+            dt_deadline_left_ms(until) < 300)
+            return st;
+        dt_sleep_ms(200);
+    }
+}
+
+typedef struct export_progress {
+    bool tty;
+    bool shown;
+    int64_t t0;
+} export_progress;
+
+static void export_show(void *arg, uint64_t done, uint64_t total)
+{
+    export_progress *p = arg;
+    if (!p->tty || (done == total && !p->shown))
+        return; /* one-piece files need no bar */
+    p->shown = true;
+    double s = (double)(dt_now_ms() - p->t0) / 1000.0;
+    fprintf(stderr, "\r%.1f / %.1f MB (%3.0f%%) %.1fs%s", done / 1e6, total / 1e6,
+            100.0 * (double)done / (double)total, s, done == total ? "\n" : "");
+    fflush(stderr);
+}
+
+static void export_restarted(void *arg, const char *why)
+{
+    export_progress *p = arg;
+    if (p->shown)
+        fputc('\n', stderr);
+    p->shown = false;
+    fprintf(stderr, "dtrain export: %s; starting over\n", why);
 }
 
 int dt_cli_export(int argc, char **argv)
@@ -639,30 +688,47 @@ int dt_cli_export(int argc, char **argv)
     dt_cli_conn c = {.timeout_s = o.timeout_s ? o.timeout_s : 120};
     if ((rc = dt_cli_conn_open(&c, "export", o.addr, o.token_file)) != 0)
         return rc;
-    Dtrain__V1__ExportRequest req = DTRAIN__V1__EXPORT_REQUEST__INIT;
-    req.id = argv[optind];
-    req.checkpoint = checkpoint;
-    Dtrain__V1__ExportReply *rep = NULL;
-    rc = dt_cli_call(&c, DT_CLI_RPC_JOBS_EXPORT, &req.base, &dtrain__v1__export_reply__descriptor,
-                     (ProtobufCMessage **)&rep, 0);
-    if (rc == 0)
-        rc = write_output("export", out, rep->safetensors.data, rep->safetensors.len);
-    if (rc == 0) {
-        if (o.json) {
-            cJSON *j = cJSON_CreateObject();
-            cJSON_AddStringToObject(j, "path", out);
-            cJSON_AddNumberToObject(j, "bytes", (double)rep->safetensors.len);
-            cJSON_AddStringToObject(j, "source", rep->source_path);
-            cJSON_AddNumberToObject(j, "global_step", (double)rep->global_step);
-            cJSON_AddStringToObject(j, "state", rep->state);
-            print_json(j);
-        } else {
-            printf("wrote %s (%zu bytes, step %" PRIu64 ") from the chief's %s\n", out,
-                   rep->safetensors.len, rep->global_step, rep->source_path);
-        }
+    export_progress prog = {.tty = isatty(STDERR_FILENO) == 1, .t0 = dt_now_ms()};
+    dt_export_fetch_opts fo = {
+        .ch = c.ch,
+        .id = argv[optind],
+        .checkpoint = checkpoint,
+        .call_timeout_ms = (int64_t)(c.timeout_s * 1000),
+        .restart_if_gone = true, /* a checkpoint rotated away mid-fetch: once, from the newest */
+        .unary = export_unary,
+        .unary_arg = &c,
+        .progress = export_show,
+        .restarted = export_restarted,
+        .arg = &prog,
+    };
+    dt_export_info info;
+    dt_err err = {0};
+    dt_status st = dt_export_fetch(&fo, out, &info, &err);
+    if (st != DT_OK) {
+        if (prog.shown)
+            fputc('\n', stderr);
+        fprintf(stderr, "dtrain export: %s\n", err.msg);
+        if (st == DT_EPEER)
+            fprintf(stderr,
+                    "  is dtraind running there? pass --addr HOST:PORT or set DTRAIN_ADDR\n");
+        rc = st == DT_EINVAL || st == DT_ENOENT || st == DT_EPERM || st == DT_EAUTH ||
+                     st == DT_ETOOBIG
+                 ? 2
+                 : 1;
+    } else if (o.json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "path", out);
+        cJSON_AddNumberToObject(j, "bytes", (double)info.bytes);
+        cJSON_AddStringToObject(j, "source", info.source_path);
+        cJSON_AddNumberToObject(j, "global_step", (double)info.global_step);
+        cJSON_AddStringToObject(j, "state", info.state);
+        cJSON_AddNumberToObject(j, "chunks", info.chunks);
+        print_json(j);
+    } else {
+        printf("wrote %s (%" PRIu64 " bytes, step %" PRIu64 ") from the chief's %s\n", out,
+               info.bytes, info.global_step, info.source_path);
     }
-    if (rep)
-        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    dt_export_info_destroy(&info);
     dt_cli_conn_close(&c);
     return rc;
 }

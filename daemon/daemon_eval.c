@@ -7,6 +7,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/sdnotify.h"
+#include "export/export.h"
 #include "io/tfevents.h"
 #include "jobs.pb-c.h"
 #include "rpc/rpc.h"
@@ -24,7 +25,6 @@
 #include <unistd.h>
 
 #define RPC_LIST          "/dtrain.v1.Jobs/ListJobs"
-#define RPC_EXPORT        "/dtrain.v1.Jobs/Export"
 #define LIST_TIMEOUT_MS   5000
 #define EXPORT_TIMEOUT_MS 120000
 
@@ -77,8 +77,8 @@ static dt_status job_dir(const evaluator *e, const char *id, char *dir, size_t n
 }
 
 /* Writes one evaluation to eval.jsonl and the TensorBoard events. */
-static dt_status record(evaluator *e, const char *dir, const Dtrain__V1__ExportReply *x,
-                        const char *id, bool final, const dt_train_eval_result *res, dt_err *err)
+static dt_status record(evaluator *e, const char *dir, const dt_export_info *x, const char *id,
+                        bool final, const dt_train_eval_result *res, dt_err *err)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "job", id);
@@ -110,15 +110,13 @@ static dt_status record(evaluator *e, const char *dir, const Dtrain__V1__ExportR
     return dt_tfevents_flush(e->tb, err);
 }
 
-/* Evaluates the weights of one Export reply. DT_EINVAL: this job cannot be evaluated here
- * (its spec, its data); other codes: this attempt failed. */
-static dt_status evaluate(evaluator *e, const char *id, bool final,
-                          const Dtrain__V1__ExportReply *x, dt_err *err)
+/* Evaluates the weights fetched to dir/weights.safetensors. DT_EINVAL: this job cannot be
+ * evaluated here (its spec, its data); other codes: this attempt failed. */
+static dt_status evaluate(evaluator *e, const char *id, bool final, const char *dir,
+                          const dt_export_info *x, dt_err *err)
 {
-    char dir[4096], path[4200];
-    DT_TRY(job_dir(e, id, dir, sizeof dir, err));
+    char path[4200];
     snprintf(path, sizeof path, "%s/weights.safetensors", dir);
-    DT_TRY(dt_file_write_atomic(path, x->safetensors.data, x->safetensors.len, err));
     dt_jobspec spec;
     dt_jobspec_roots roots = {.data_root = e->o->data_root, .state_dir = e->o->state_dir};
     if (dt_jobspec_parse(x->spec_json, strlen(x->spec_json), &roots, &spec, err) != DT_OK) {
@@ -179,20 +177,6 @@ static void poll_once(evaluator *e)
     snprintf(id, sizeof id, "%s", jb->id);
     protobuf_c_message_free_unpacked(&list->base, NULL);
 
-    Dtrain__V1__ExportRequest xreq = DTRAIN__V1__EXPORT_REQUEST__INIT;
-    xreq.id = id;
-    xreq.checkpoint = !final;
-    Dtrain__V1__ExportReply *x = NULL;
-    dt_status st =
-        dt_rpc_unary(e->ch, RPC_EXPORT, &xreq.base, &dtrain__v1__export_reply__descriptor,
-                     (ProtobufCMessage **)&x, EXPORT_TIMEOUT_MS, &err);
-    if (st != DT_OK) {
-        /* No checkpoint yet is the normal start of a job; anything else is worth a line. */
-        if (!strstr(err.msg, "no checkpoint yet"))
-            DT_WARN("eval", "job %s: fetching its %s: %s", id,
-                    final ? "final weights" : "latest checkpoint", err.msg);
-        return;
-    }
     if (strcmp(id, e->job) != 0) {
         dt_tfevents_close(e->tb);
         e->tb = NULL;
@@ -200,12 +184,37 @@ static void poll_once(evaluator *e)
         e->source[0] = '\0';
         e->step = 0;
     }
-    bool seen = strcmp(x->source_path, e->source) == 0 && x->global_step == e->step;
-    if (!seen) {
-        st = evaluate(e, id, final, x, &err);
+    /* The pieces go straight to disk; the weights seen last stop the fetch after its first piece.
+     * A checkpoint rotated away mid-fetch is simply fetched again at the next poll. */
+    char dir[4096], path[4200];
+    if (job_dir(e, id, dir, sizeof dir, &err) != DT_OK) {
+        DT_WARN("eval", "%s", err.msg);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    dt_export_fetch_opts fo = {
+        .ch = e->ch,
+        .id = id,
+        .checkpoint = !final,
+        .call_timeout_ms = EXPORT_TIMEOUT_MS,
+        .unless_source = e->source[0] ? e->source : NULL,
+        .unless_step = e->step,
+    };
+    dt_export_info x;
+    dt_status st = dt_export_fetch(&fo, path, &x, &err);
+    if (st != DT_OK) {
+        /* No checkpoint yet is the normal start of a job; anything else is worth a line. */
+        if (!strstr(err.msg, "no checkpoint yet"))
+            DT_WARN("eval", "job %s: fetching its %s: %s", id,
+                    final ? "final weights" : "latest checkpoint", err.msg);
+        dt_export_info_destroy(&x);
+        return;
+    }
+    if (!x.unchanged) {
+        st = evaluate(e, id, final, dir, &x, &err);
         if (st == DT_OK || st == DT_EINVAL) {
-            snprintf(e->source, sizeof e->source, "%s", x->source_path);
-            e->step = x->global_step;
+            snprintf(e->source, sizeof e->source, "%s", x.source_path);
+            e->step = x.global_step;
         }
         if (st != DT_OK)
             DT_WARN("eval", "%s", err.msg);
@@ -214,7 +223,7 @@ static void poll_once(evaluator *e)
     } else if (final) {
         snprintf(e->finished, sizeof e->finished, "%s", id); /* the last checkpoint was final */
     }
-    protobuf_c_message_free_unpacked(&x->base, NULL);
+    dt_export_info_destroy(&x);
 }
 
 static void write_ready(const dt_daemon_eval_opts *o)

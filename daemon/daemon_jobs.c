@@ -62,6 +62,10 @@ struct jcall {
     uint64_t u1, u2, u3;
     char *out;
     size_t out_len;
+    /* export */
+    bool chunked;
+    uint64_t offset, total;
+    char *pin; /* the source the client's earlier pieces came from */
 };
 
 static void finish_watchers(dt_jobs *j, const char *id, bool all);
@@ -151,6 +155,7 @@ static void jcall_free(jcall *c)
     free(c->text2);
     free(c->text3);
     free(c->out);
+    free(c->pin);
     free(c);
 }
 
@@ -963,14 +968,24 @@ static dt_status final_weights(dt_jobs *j, dt_rpc_call *call, const char *id, jo
 
 static void export_run(jcall *c)
 {
-    c->st = dt__jobs_export(c->text2, c->text3, &c->out, &c->out_len, &c->err);
+    c->st = dt__jobs_export(c->text2, c->text3, c->chunked, c->offset, &c->out, &c->out_len,
+                            &c->total, &c->err);
+    if (c->st == DT_ENOENT && c->pin)
+        dt_err_set(&c->err, DT_ENOENT,
+                   "the final weights %s are gone from the chief; see its log, then "
+                   "export again",
+                   c->text2);
+    else if (c->st == DT_ENOENT)
+        c->st = DT_EIO;
 }
 
 static void export_done(dt_jobs *j, jcall *c)
 {
     (void)j;
     if (c->st != DT_OK) {
-        dt_rpc_call_fail(c->call, c->st == DT_ETOOBIG ? DT_ETOOBIG : DT_EIO, c->err.msg);
+        /* NOT_FOUND is kept for a pinned source that vanished: the client starts over. */
+        bool keep = c->st == DT_ETOOBIG || c->st == DT_EINVAL || (c->st == DT_ENOENT && c->pin);
+        dt_rpc_call_fail(c->call, keep ? c->st : DT_EIO, c->err.msg);
         return;
     }
     Dtrain__V1__ExportReply rep = DTRAIN__V1__EXPORT_REPLY__INIT;
@@ -980,14 +995,19 @@ static void export_done(dt_jobs *j, jcall *c)
     rep.global_step = c->u1;
     rep.spec_json = c->text;
     rep.state = (char *)dt__job_state_name((job_state)c->u2);
+    if (c->chunked) {
+        rep.total_bytes = c->total;
+        rep.offset = c->offset;
+    }
     dt_rpc_call_reply(c->call, &rep.base);
 }
 
 static void export_checkpoint_run(jcall *c)
 {
     char *path = NULL;
-    c->st = dt__jobs_export_checkpoint(c->text, c->j->data_root, c->j->state_dir, c->text3, &c->out,
-                                       &c->out_len, &path, &c->u1, &c->err);
+    c->st = dt__jobs_export_checkpoint(c->text, c->j->data_root, c->j->state_dir, c->text3, c->pin,
+                                       c->chunked, c->offset, &c->out, &c->out_len, &c->total,
+                                       &path, &c->u1, &c->err);
     free(c->text2);
     c->text2 = path;
 }
@@ -998,14 +1018,23 @@ static void on_export(dt_jobs *j, dt_rpc_call *call)
     if (dt_rpc_call_unpack(call, &dtrain__v1__export_request__descriptor,
                            (ProtobufCMessage **)&req) != DT_OK)
         return;
+    bool pinned = req->source_path && *req->source_path;
     job *jb = req->checkpoint ? find_job(j, req->id) : NULL;
-    if (req->checkpoint && !jb) {
-        char msg[2 * DT_ERR_LEN];
+    char msg[2 * DT_ERR_LEN];
+    if (!req->chunked && (req->offset || pinned)) {
+        dt_rpc_call_fail(call, DT_EINVAL, "offset and source_path need chunked = true");
+    } else if (req->checkpoint && !jb) {
         snprintf(msg, sizeof msg, "no job '%s' on this cluster (see 'dtrain jobs')", req->id);
         dt_rpc_call_fail(call, DT_ENOENT, msg);
     } else if (jb || final_weights(j, call, req->id, &jb) == DT_OK) {
-        jcall *c = jcall_new(j, req->checkpoint ? export_checkpoint_run : export_run, export_done);
-        if (!c) {
+        jcall *c = NULL;
+        if (!req->checkpoint && pinned && strcmp(req->source_path, jb->weights_path) != 0) {
+            char pmsg[4096 + 2 * DT_ERR_LEN];
+            snprintf(pmsg, sizeof pmsg, "source_path %s is not the final weights of job %s (%s)",
+                     req->source_path, jb->id, jb->weights_path);
+            dt_rpc_call_fail(call, DT_EINVAL, pmsg);
+        } else if (!(c = jcall_new(j, req->checkpoint ? export_checkpoint_run : export_run,
+                                   export_done))) {
             dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
         } else {
             char dir[4096];
@@ -1014,6 +1043,9 @@ static void on_export(dt_jobs *j, dt_rpc_call *call)
             c->text = strdup(jb->spec_json);
             c->text2 = strdup(jb->weights_path);
             c->text3 = strdup(dir);
+            c->pin = pinned ? strdup(req->source_path) : NULL;
+            c->chunked = req->chunked;
+            c->offset = req->offset;
             c->u1 = jb->global_step;
             c->u2 = (uint64_t)jb->state;
             jcall_queue(j, c);

@@ -176,13 +176,18 @@ dt_status dt__jobs_predict(const char *spec_json, const char *weights_path, cons
                            const char *data_root, const char *state_dir, const char *job_dir,
                            uint32_t batch_size, const char *format, char **out, size_t *out_len,
                            uint64_t *rows, uint64_t *cols, dt_err *err);
-/* The model weights of weights_path (no optimizer slots) as safetensors bytes in *out. */
-dt_status dt__jobs_export(const char *weights_path, const char *job_dir, char **out,
-                          size_t *out_len, dt_err *err);
-/* The same for the job's latest checkpoint (*path, malloc'd; *step its global step). */
+/* The model weights of weights_path (no optimizer slots) as safetensors bytes in *out: the whole
+ * file, or with chunked the piece at offset (DT_EXPORT_CHUNK at most); *total is the file's size.
+ * The converted file is kept in job_dir for the next piece (lib/export). */
+dt_status dt__jobs_export(const char *weights_path, const char *job_dir, bool chunked,
+                          uint64_t offset, char **out, size_t *out_len, uint64_t *total,
+                          dt_err *err);
+/* The same for the job's latest checkpoint, or for pin (one of its checkpoints, from an earlier
+ * piece: DT_ENOENT once it is gone). *path (malloc'd) is the file, *step its global step. */
 dt_status dt__jobs_export_checkpoint(const char *spec_json, const char *data_root,
-                                     const char *state_dir, const char *job_dir, char **out,
-                                     size_t *out_len, char **path, uint64_t *step, dt_err *err);
+                                     const char *state_dir, const char *job_dir, const char *pin,
+                                     bool chunked, uint64_t offset, char **out, size_t *out_len,
+                                     uint64_t *total, char **path, uint64_t *step, dt_err *err);
 
 /* --- the runner (daemon_jobs_runner.c): this daemon's part of a job -------------------------- */
 

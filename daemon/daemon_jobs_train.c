@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/limits.h"
 #include "core/log.h"
+#include "export/export.h"
 #include "train/train.h"
 
 #include <cjson/cJSON.h>
@@ -352,22 +353,47 @@ static void temp_path(const char *dir, const char *what, const char *ext, char *
              ext);
 }
 
-dt_status dt__jobs_export(const char *weights_path, const char *job_dir, char **out,
-                          size_t *out_len, dt_err *err)
+dt_status dt__jobs_export(const char *weights_path, const char *job_dir, bool chunked,
+                          uint64_t offset, char **out, size_t *out_len, uint64_t *total,
+                          dt_err *err)
 {
-    char tmp[4300];
-    temp_path(job_dir, "export", ".safetensors", tmp, sizeof tmp);
-    dt_status st = dt_train_export(weights_path, tmp, err);
-    if (st != DT_OK) {
-        unlink(tmp);
-        return st;
-    }
-    return read_and_remove(tmp, out, out_len, err);
+    dt_export_src src;
+    DT_TRY(dt_export_open(weights_path, job_dir, &src, err));
+    *total = src.size;
+    dt_status st;
+    if (!chunked && src.size > DT_MAX_RPC_MSG - 4096)
+        st = dt_err_set(err, DT_ETOOBIG,
+                        "the weights are %llu MiB, more than one message (%u MiB): use a dtrain "
+                        "that fetches them in pieces, or read %s on the chief",
+                        (unsigned long long)(src.size >> 20), DT_MAX_RPC_MSG >> 20, weights_path);
+    else
+        st = dt_export_read(&src, chunked ? offset : 0, chunked ? DT_EXPORT_CHUNK : src.size, out,
+                            out_len, err);
+    dt_export_close(&src);
+    return st;
+}
+
+/* A pin names one of the job's checkpoints: <dir>/ckpt-<digits>.safetensors, nothing else. */
+static bool is_checkpoint_of(const char *dir, const char *path)
+{
+    size_t n = strlen(dir);
+    if (strncmp(path, dir, n) != 0 || path[n] != '/')
+        return false;
+    const char *p = path + n + 1;
+    if (strncmp(p, "ckpt-", 5) != 0)
+        return false;
+    p += 5;
+    if (*p < '0' || *p > '9')
+        return false;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return strcmp(p, ".safetensors") == 0;
 }
 
 dt_status dt__jobs_export_checkpoint(const char *spec_json, const char *data_root,
-                                     const char *state_dir, const char *job_dir, char **out,
-                                     size_t *out_len, char **path, uint64_t *step, dt_err *err)
+                                     const char *state_dir, const char *job_dir, const char *pin,
+                                     bool chunked, uint64_t offset, char **out, size_t *out_len,
+                                     uint64_t *total, char **path, uint64_t *step, dt_err *err)
 {
     dt_jobspec spec;
     DT_TRY(parse_spec(spec_json, strlen(spec_json), data_root, state_dir, &spec, err));
@@ -376,7 +402,17 @@ dt_status dt__jobs_export_checkpoint(const char *spec_json, const char *data_roo
     if (!spec.checkpoint_dir)
         snprintf(dir, sizeof dir, "%s/checkpoints", job_dir);
     dt_jobspec_destroy(&spec);
-    dt_status st = dt_train_latest_checkpoint(dir, path, err);
+    dt_status st;
+    if (pin && *pin) {
+        if (!is_checkpoint_of(dir, pin))
+            return dt_err_set(err, DT_EINVAL,
+                              "source_path %s is not one of the job's checkpoints (in %s)", pin,
+                              dir);
+        *path = strdup(pin);
+        st = *path ? DT_OK : dt_err_set(err, DT_ENOMEM, "out of memory");
+    } else {
+        st = dt_train_latest_checkpoint(dir, path, err);
+    }
     if (st == DT_ENOENT)
         return dt_err_set(err, DT_ENOENT,
                           "the job has no checkpoint yet in %s (the chief writes "
@@ -386,7 +422,22 @@ dt_status dt__jobs_export_checkpoint(const char *spec_json, const char *data_roo
     /* ckpt-<global step>.safetensors, as lib/train names them */
     const char *base = strrchr(*path, '/');
     *step = strtoull((base ? base + 1 : *path) + strlen("ckpt-"), NULL, 10);
-    return dt__jobs_export(*path, job_dir, out, out_len, err);
+    st = dt__jobs_export(*path, job_dir, chunked, offset, out, out_len, total, err);
+    if (st == DT_ENOENT && !(pin && *pin)) {
+        /* The latest was rotated away between the listing and the open: take the new latest. */
+        free(*path);
+        *path = NULL;
+        DT_TRY(dt_train_latest_checkpoint(dir, path, err));
+        base = strrchr(*path, '/');
+        *step = strtoull((base ? base + 1 : *path) + strlen("ckpt-"), NULL, 10);
+        st = dt__jobs_export(*path, job_dir, chunked, offset, out, out_len, total, err);
+    }
+    if (st == DT_ENOENT && pin && *pin)
+        dt_err_set(err, DT_ENOENT,
+                   "checkpoint %s is gone (checkpoint.keep keeps only the newest ones); fetch "
+                   "again from the start to get the newest",
+                   pin);
+    return st;
 }
 
 static dt_status parse_data(const char *data_json, cJSON **out, dt_err *err)

@@ -28,5 +28,7 @@
 #define DT_MAX_NN_LAYERS        4096          /* layers of one Keras model */
 #define DT_MAX_NN_PARAMS        (1ull << 30)  /* weights of one model (floats, 4 GiB) */
 #define DT_MAX_NN_DIM           (1 << 24)     /* one axis of a layer's output */
+#define DT_MAX_WEIGHTS_BYTES    (16ull << 30) /* one exported weights file, fetched in chunks */
+#define DT_EXPORT_CHUNK         (32u << 20)   /* one Export reply's piece of the file */
 
 #endif
