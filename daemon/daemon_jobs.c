@@ -167,10 +167,11 @@ static void after_work_cb(uv_work_t *w, int status)
     jcall *c = w->data;
     dt_jobs *j = c->j;
     j->inflight--;
+    /* Closing: the rpc server, freed right after dt_jobs_free, has answered c->call already
+     * ("daemon is shutting down") and freed it; answering again would start a batch on its
+     * shut-down queue. */
     if (!j->closing && c->done)
         c->done(j, c);
-    else if (c->call)
-        dt_rpc_call_fail(c->call, DT_EPEER, "dtraind is shutting down");
     jcall_free(c);
     maybe_free(j);
 }

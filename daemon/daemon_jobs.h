@@ -45,7 +45,8 @@ dt_status dt_jobs_new(const dt_jobs_opts *opts, dt_jobs **out, dt_err *err);
 bool dt_jobs_handle_call(dt_jobs *j, dt_rpc_call *call);
 /* Cancels a running job (bounded wait for the trainer thread), answers held Watch calls, closes
  * handles, and frees once no RPC is in flight; the loop must keep running until then. NULL-safe.
- * Call before the rpc server is freed. */
+ * Call right before the rpc server is freed: the server's shutdown answers the calls still in
+ * the jobs' hands, which are never touched again. */
 void dt_jobs_free(dt_jobs *j);
 
 #endif

@@ -18,6 +18,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,10 @@ struct dt_rpc_streamq {
     grpc_server *server;
     void *rm;
     char *token;
+    /* Closing: batches are refused from then on, and the queue is shut down only once no
+     * start is under way (a batch started on a shut-down queue aborts the process). */
+    atomic_bool closing;
+    atomic_int starting;
 };
 
 struct dt_rpc_msg {
@@ -153,16 +158,20 @@ static void stream_unref(dt_rpc_stream *s)
         stream_free(s);
 }
 
-/* Starts one batch holding a reference; false when gRPC refuses it. */
+/* Starts one batch holding a reference; false when gRPC refuses it or the queue is closing. */
 static bool start(dt_rpc_stream *s, const grpc_op *ops, size_t n, op_kind kind)
 {
-    atomic_fetch_add(&s->refs, 1);
-    grpc_call_error e = grpc_call_start_batch(s->call, ops, n, &s->ops[kind], NULL);
-    if (e != GRPC_CALL_OK) {
-        atomic_fetch_sub(&s->refs, 1);
-        return false;
+    dt_rpc_streamq *q = s->q;
+    atomic_fetch_add(&q->starting, 1);
+    bool ok = !atomic_load(&q->closing);
+    if (ok) {
+        atomic_fetch_add(&s->refs, 1);
+        ok = grpc_call_start_batch(s->call, ops, n, &s->ops[kind], NULL) == GRPC_CALL_OK;
+        if (!ok)
+            atomic_fetch_sub(&s->refs, 1);
     }
-    return true;
+    atomic_fetch_sub(&q->starting, 1);
+    return ok;
 }
 
 static void deliver(dt_rpc_stream *s, dt_rpc_stream_ev type, bool ok, dt_rpc_msg *msg, dt_status st,
@@ -378,6 +387,11 @@ void dt_rpc_streamq_free(dt_rpc_streamq *q)
     if (!q)
         return;
     dt__rpc_streamq_unserve(q);
+    /* Event handlers still running on the queue's thread may try to send or finish: they are
+     * refused from here on, and the shutdown waits for a start already past the check. */
+    atomic_store(&q->closing, true);
+    while (atomic_load(&q->starting) > 0)
+        sched_yield();
     grpc_completion_queue_shutdown(q->cq);
     pthread_join(q->thread, NULL);
     grpc_completion_queue_destroy(q->cq);

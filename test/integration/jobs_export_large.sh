@@ -133,7 +133,21 @@ assert abs(a["loss"] - b["loss"]) <= 1e-5 * max(1.0, abs(b["loss"])), (a, b)
 assert a["accuracy"] == b["accuracy"] and a["examples"] == b["examples"], (a, b)
 PY
 dt_stop_daemon xl-eval 5 || dt_fail "the evaluator did not exit 0 on SIGTERM"
-# (Their exit status is not asserted: a gRPC core assertion at shutdown, in lib/rpc, is known.)
-for d in xl-w1 xl-w0; do dt_stop_daemon "$d" 10 || true; done
+
+# SIGTERM while the chief converts the weights for an export on its thread pool: the rpc server
+# answers the call as it stops, and nothing answers it a second time (that aborted the daemon);
+# the client fails cleanly and leaves no file.
+dt_stop_daemon xl-w1 10 || dt_fail "worker:1 did not exit 0 on SIGTERM"
+rm -f "$DT_TEST_TMP"/xl-w0/jobs/1/.export-cache-*
+jc export 1 -o "$DT_TEST_TMP/late.safetensors" >/dev/null 2>"$DT_TEST_TMP/late.err" &
+xp=$!
+sleep 0.2
+dt_stop_daemon xl-w0 10 || dt_fail "the chief did not exit 0 on SIGTERM during an export: $(grep -h 'assert' "$DT_TEST_TMP/xl-w0.log")"
+rc=0
+timeout 30 tail --pid="$xp" -f /dev/null || dt_fail "export did not end after the chief stopped"
+wait "$xp" || rc=$?
+if ((rc != 0)); then
+  ! ls "$DT_TEST_TMP"/late.safetensors* >/dev/null 2>&1 || dt_fail "a failed export left a file"
+fi
 ! grep -l "Sanitizer\|runtime error" "$DT_TEST_TMP"/xl-*.log || dt_fail "sanitizer reports in the daemons' logs"
 echo "ok: export in pieces (final weights, checkpoint), evaluator"
