@@ -17,6 +17,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,11 @@ struct dt_rpc_server {
     dt_rpc_call *inbox;   /* received, not yet handed to the handler (CQ -> loop) */
     dt_rpc_call *pending; /* handed to the handler, not yet answered (loop only) */
     atomic_int stopping;
+    /* Set when the queue is about to shut down: calls whose events still arrive (a cancelled
+     * receive) are dropped instead of answered, since a batch started on a shut-down queue
+     * aborts the process; the shutdown waits for a start already past the check. */
+    atomic_bool closing;
+    atomic_int starting;
     char shutdown_tag;
 };
 
@@ -111,6 +117,17 @@ static void request_next(dt_rpc_server *srv)
     }
 }
 
+/* Starts a batch of c's unless the queue is closing; false (c untouched) when it did not. */
+static bool start_batch(dt_rpc_call *c, const grpc_op *ops, size_t n)
+{
+    dt_rpc_server *srv = c->srv;
+    atomic_fetch_add(&srv->starting, 1);
+    bool ok = !atomic_load(&srv->closing) &&
+              grpc_call_start_batch(c->call, ops, n, c, NULL) == GRPC_CALL_OK;
+    atomic_fetch_sub(&srv->starting, 1);
+    return ok;
+}
+
 /* Sends the final status (and reply when OK). Any thread; the call must be in no other batch. */
 static void call_finish(dt_rpc_call *c, grpc_status_code code, const char *message)
 {
@@ -136,9 +153,9 @@ static void call_finish(dt_rpc_call *c, grpc_status_code code, const char *messa
     ops[n].data.recv_close_on_server.cancelled = &c->cancelled;
     n++;
     c->phase = PHASE_FINISHING;
-    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, c, NULL);
-    if (e != GRPC_CALL_OK) {
-        DT_WARN("rpc", "%s: could not send the answer (%d)", c->method, (int)e);
+    if (!start_batch(c, ops, n)) {
+        if (!atomic_load(&c->srv->closing))
+            DT_WARN("rpc", "%s: could not send the answer", c->method);
         call_free(c);
     }
 }
@@ -166,8 +183,9 @@ static void on_new_call(dt_rpc_server *srv, dt_rpc_call *c)
     ops[1].op = GRPC_OP_RECV_MESSAGE;
     ops[1].data.recv_message.recv_message = &c->payload;
     c->phase = PHASE_RECEIVING;
-    if (grpc_call_start_batch(c->call, ops, 2, c, NULL) != GRPC_CALL_OK) {
-        DT_WARN("rpc", "%s: could not start receiving", c->method);
+    if (!start_batch(c, ops, 2)) {
+        if (!atomic_load(&srv->closing))
+            DT_WARN("rpc", "%s: could not start receiving", c->method);
         call_free(c);
     }
 }
@@ -198,6 +216,9 @@ static void *cq_main(void *arg)
         if (ev.type == GRPC_QUEUE_TIMEOUT)
             continue;
         if (ev.tag == &srv->shutdown_tag) {
+            atomic_store(&srv->closing, true);
+            while (atomic_load(&srv->starting) > 0)
+                sched_yield();
             grpc_completion_queue_shutdown(srv->cq);
             continue;
         }
