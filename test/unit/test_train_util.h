@@ -60,7 +60,8 @@ static inline void tt_write_idx(const char *dir, const char *stem, int n, uint64
     fclose(fl);
 }
 
-#define TT_MODEL                                                                                   \
+/* The tiny model's layers up to its hidden Dense; TT_MODEL adds the output layer. */
+#define TT_MODEL_HEAD                                                                              \
     "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"tiny\", \"layers\": ["              \
     "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8, 8, 1], "       \
     "\"name\": \"in\"}}, "                                                                         \
@@ -68,25 +69,17 @@ static inline void tt_write_idx(const char *dir, const char *stem, int n, uint64
     "\"kernel_size\": [3, 3], \"activation\": \"relu\"}}, "                                        \
     "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"flat\"}}, "                            \
     "{\"class_name\": \"Dense\", \"config\": {\"name\": \"hidden\", \"units\": 16, "               \
-    "\"activation\": \"relu\"}}, "                                                                 \
-    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 4}}]}}"
-
-/* A job spec over data written by tt_write_idx("train", "val") in the data root; extra is
- * appended inside the top-level object (", \"checkpoint\": {...}" or ""). */
+    "\"activation\": \"relu\"}}, "
+#define TT_MODEL_OUT "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 4}}]}}"
+#define TT_MODEL     TT_MODEL_HEAD TT_MODEL_OUT
 /* TT_MODEL with a Dropout(0.3) behind the hidden layer. */
 #define TT_MODEL_DROPOUT                                                                           \
-    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"tiny\", \"layers\": ["              \
-    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8, 8, 1], "       \
-    "\"name\": \"in\"}}, "                                                                         \
-    "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"conv\", \"filters\": 4, "               \
-    "\"kernel_size\": [3, 3], \"activation\": \"relu\"}}, "                                        \
-    "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"flat\"}}, "                            \
-    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"hidden\", \"units\": 16, "               \
-    "\"activation\": \"relu\"}}, "                                                                 \
-    "{\"class_name\": \"Dropout\", \"config\": {\"name\": \"drop\", \"rate\": 0.3}}, "             \
-    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 4}}]}}"
+    TT_MODEL_HEAD "{\"class_name\": \"Dropout\", \"config\": {\"name\": \"drop\", \"rate\": "      \
+                  "0.3}}, " TT_MODEL_OUT
 
-/* tt_spec with another model (Keras JSON). */
+/* A job spec over data written by tt_write_idx("train", "val") in the data root; extra is
+ * appended inside the top-level object (", \"checkpoint\": {...}" or ""); tt_spec_model takes
+ * another model (Keras JSON). */
 static inline const char *tt_spec_model(const char *model, int epochs, int batch,
                                         const char *optimizer, const char *extra)
 {
