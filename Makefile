@@ -39,7 +39,7 @@ PKG_OK := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo yes)
 CC       ?= cc
 CPPFLAGS += -Ilib -I$(BUILD)/gen -Itest -DDT_VERSION=\"$(VERSION)\" -D_GNU_SOURCE
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread -fno-strict-aliasing
+CFLAGS   += -std=c11 -Wall -Wextra -Werror -pthread -fno-strict-aliasing -fno-math-errno
 ifneq ($(PKG_OK),)
 CPPFLAGS += $(shell pkg-config --cflags $(PKGS))
 LDLIBS   += $(shell pkg-config --libs $(PKGS)) -lm -lpthread
