@@ -7,6 +7,7 @@
 
 #include "core/buf.h"
 #include "core/clock.h"
+#include "core/hash.h"
 #include "core/limits.h"
 #include "core/log.h"
 
@@ -450,11 +451,10 @@ static void start_run(jcall *c)
 
 static uint64_t session_of(const char *id, uint64_t generation)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a of the id, then the generation */
-    for (const char *p = id; *p; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    uint8_t g[8]; /* the generation, least significant byte first */
     for (int i = 0; i < 8; i++)
-        h = (h ^ ((generation >> (8 * i)) & 0xff)) * 1099511628211ull;
+        g[i] = (uint8_t)(generation >> (8 * i));
+    uint64_t h = dt_fnv1a64(dt_fnv1a64(DT_FNV1A64_INIT, id, strlen(id)), g, sizeof g);
     return h ? h : 1;
 }
 

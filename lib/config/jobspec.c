@@ -3,6 +3,7 @@
 #include "config/jobspec.h"
 
 #include "core/buf.h"
+#include "core/hash.h"
 #include "core/limits.h"
 
 #include <cJSON.h>
@@ -507,14 +508,6 @@ static dt_status parse_outputs(const cJSON *root, const dt_jobspec_roots *roots,
     return DT_OK;
 }
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
-
 static dt_status parse_root(const cJSON *root, const dt_jobspec_roots *roots, dt_jobspec *s,
                             dt_err *err)
 {
@@ -544,7 +537,7 @@ static dt_status parse_root(const cJSON *root, const dt_jobspec_roots *roots, dt
     char *canon = cJSON_PrintUnformatted(root);
     if (!canon)
         return dt_err_set(err, DT_ENOMEM, "job spec: out of memory");
-    s->hash = fnv1a(canon);
+    s->hash = dt_fnv1a64(DT_FNV1A64_INIT, canon, strlen(canon));
     free(canon);
     snprintf(s->hash_hex, sizeof s->hash_hex, "%016llx", (unsigned long long)s->hash);
     if ((roots->data_root && !(s->roots.data_root = strdup(roots->data_root))) ||

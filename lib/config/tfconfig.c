@@ -14,6 +14,7 @@
 #include "config/tfconfig.h"
 
 #include "core/buf.h"
+#include "core/hash.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -259,16 +260,6 @@ dt_status dt_tfconfig_split_address(const char *address, char *host, size_t host
 /* --- hashing and canonical text -----------------------------------------------------------------
  */
 
-static uint64_t fnv1a64(const char *s, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 char *dt_tfconfig_canonical(const dt_cluster_spec *spec)
 {
     dt_buf b;
@@ -293,7 +284,7 @@ static dt_status set_hash(dt_cluster_spec *spec, dt_err *err)
     char *text = dt_tfconfig_canonical(spec);
     if (!text)
         return dt_err_set(err, DT_ENOMEM, "tfconfig: out of memory hashing the cluster");
-    spec->hash = fnv1a64(text, strlen(text));
+    spec->hash = dt_fnv1a64(DT_FNV1A64_INIT, text, strlen(text));
     free(text);
     return DT_OK;
 }

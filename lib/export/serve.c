@@ -1,6 +1,7 @@
 /* serve.c - the chief's side of a chunked export: one conversion per source, pieces by pread. */
 #include "export/export.h"
 
+#include "core/hash.h"
 #include "core/limits.h"
 #include "train/train.h"
 
@@ -18,21 +19,13 @@
 #define CACHE_PREFIX ".export-cache-"
 #define CACHE_EXT    ".safetensors"
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ c[i]) * 0x100000001b3ull;
-    return h;
-}
-
 /* The source's identity: a rewritten or replaced file gets another key. */
 static uint64_t source_key(const char *path, const struct stat *st)
 {
-    uint64_t h = fnv(0xcbf29ce484222325ull, path, strlen(path) + 1);
+    uint64_t h = dt_fnv1a64(DT_FNV1A64_INIT, path, strlen(path) + 1);
     uint64_t v[5] = {(uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
                      (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec};
-    return fnv(h, v, sizeof v);
+    return dt_fnv1a64(h, v, sizeof v);
 }
 
 typedef struct cached {

@@ -2,6 +2,7 @@
  * checkpoint directory (latest, keep N), export, and the replica-identity hash. */
 #include "train/train_internal.h"
 
+#include "core/hash.h"
 #include "core/log.h"
 #include "io/safetensors.h"
 
@@ -271,13 +272,12 @@ done:
 
 uint64_t dt_train_weights_hash(dt_model *m)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = DT_FNV1A64_INIT;
     size_t n;
     for (int b = 0; b < 2; b++) {
         const float *p = b ? dt_model_state(m, &n) : dt_model_params(m, &n);
-        const unsigned char *c = (const unsigned char *)p;
-        for (size_t i = 0; p && i < n * sizeof(float); i++)
-            h = (h ^ c[i]) * 0x100000001b3ull;
+        if (p)
+            h = dt_fnv1a64(h, p, n * sizeof(float));
     }
     return h;
 }

@@ -4,6 +4,7 @@
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/crc32c.h"
+#include "core/hash.h"
 #include "core/limits.h"
 #include "core/rng.h"
 
@@ -124,4 +125,14 @@ DT_TEST(core_deadlines)
     ASSERT_TRUE(dt_deadline_passed(d));
     ASSERT_EQ(dt_deadline_left_ms(d), 0);
     ASSERT_FALSE(dt_deadline_passed(DT_DEADLINE_NEVER));
+}
+
+/* FNV-1a 64 against the published test vectors; chained calls equal one call. */
+DT_TEST(core_fnv1a64_vectors)
+{
+    ASSERT_EQ(dt_fnv1a64(DT_FNV1A64_INIT, "", 0), 0xcbf29ce484222325ull);
+    ASSERT_EQ(dt_fnv1a64(DT_FNV1A64_INIT, "a", 1), 0xaf63dc4c8601ec8cull);
+    ASSERT_EQ(dt_fnv1a64(DT_FNV1A64_INIT, "foobar", 6), 0x85944171f73967e8ull);
+    ASSERT_EQ(dt_fnv1a64(dt_fnv1a64(DT_FNV1A64_INIT, "foo", 3), "bar", 3),
+              dt_fnv1a64(DT_FNV1A64_INIT, "foobar", 6));
 }
