@@ -22,8 +22,11 @@
 #include <unistd.h>
 
 #define BENCH_RUN_TIMEOUT_MS (30 * 60 * 1000)
-#define COLL_TIMEOUT_MS      60000
-#define MAX_ROWS             64
+/* The coordinator waits for each rank's whole bench outside gRPC's poller (rpc.h), looking this
+ * often. */
+#define BENCH_WAIT_INTERVAL_MS 20
+#define COLL_TIMEOUT_MS        60000
+#define MAX_ROWS               64
 
 typedef struct bench_job {
     dt_daemon_comm *d;
@@ -221,6 +224,8 @@ static void *rank_call_main(void *arg)
     dt_rpc_channel *ch = NULL;
     /* A connection of its own: a shared one may be one a previous bench is tearing down. */
     rc->st = dt_rpc_channel_new_dedicated(d->addrs[rc->rank], d->token, &ch, &rc->err);
+    if (rc->st == DT_OK)
+        dt_rpc_channel_set_wait_interval(ch, BENCH_WAIT_INTERVAL_MS);
     if (rc->st == DT_OK)
         rc->st = dt_rpc_unary(ch, DT_RPC_COMM_BENCH_RUN, &rc->req->base,
                               &dtrain__v1__comm_bench_reply__descriptor,

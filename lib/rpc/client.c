@@ -14,12 +14,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct dt_rpc_channel {
     grpc_channel *channel;
     char *address;
-    char *auth; /* "Bearer <token>" or NULL */
+    char *auth;  /* "Bearer <token>" or NULL */
+    int wait_ms; /* > 0: calls look for their answer this often, outside gRPC's poller */
 };
+
+void dt_rpc_channel_set_wait_interval(dt_rpc_channel *ch, int ms)
+{
+    ch->wait_ms = ms > 0 ? ms : 0;
+}
+
+/* A zero-timeout pluck does at most one quick poll, then the thread sleeps outside gRPC, so it
+ * never becomes the poller that reads other connections' data (see rpc.h). */
+static grpc_event pluck_at_intervals(grpc_completion_queue *cq, void *tag, gpr_timespec deadline,
+                                     int ms)
+{
+    for (;;) {
+        grpc_event ev =
+            grpc_completion_queue_pluck(cq, tag, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
+        if (ev.type != GRPC_QUEUE_TIMEOUT ||
+            gpr_time_cmp(gpr_now(GPR_CLOCK_MONOTONIC), deadline) >= 0)
+            return ev;
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
 
 static dt_status channel_new(const char *address, const char *token, int dedicated,
                              dt_rpc_channel **out, dt_err *err)
@@ -150,7 +173,9 @@ dt_status dt_rpc_unary(dt_rpc_channel *ch, const char *method, const ProtobufCMe
         goto out;
     }
     grpc_event ev =
-        grpc_completion_queue_pluck(cq, &tag, dt__rpc_deadline_ms(timeout_ms + 2000), NULL);
+        ch->wait_ms > 0
+            ? pluck_at_intervals(cq, &tag, dt__rpc_deadline_ms(timeout_ms + 2000), ch->wait_ms)
+            : grpc_completion_queue_pluck(cq, &tag, dt__rpc_deadline_ms(timeout_ms + 2000), NULL);
     if (ev.type != GRPC_OP_COMPLETE) {
         grpc_call_cancel(call, NULL);
         grpc_completion_queue_pluck(cq, &tag, dt__rpc_deadline_ms(5000), NULL);

@@ -4,10 +4,16 @@
 #include "core/clock.h"
 #include "core/crc32c.h"
 #include "dt_test.h"
+#include "dtrain.pb-c.h"
 #include "rpc/rpc.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define MAXR 4
 
@@ -539,4 +545,73 @@ DT_TEST(comm_bad_arguments)
     ASSERT_EQ(dt_comm_allreduce(c, &x, 1, DT_COMM_SUM, DT_COMM_F32, 1000, &err), DT_EPEER);
     ASSERT_CONTAINS(err.msg, "stop");
     dt_comm_free(c);
+}
+
+/* ---- unary calls that wait outside gRPC's poller (dt_rpc_channel_set_wait_interval) ------- */
+
+static atomic_int loop_stop;
+
+static void *loop_main(void *arg)
+{
+    node *n = arg;
+    while (!atomic_load(&loop_stop)) {
+        uv_run(&n->loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    return NULL;
+}
+
+static dt_status ask(dt_rpc_channel *ch, int64_t timeout_ms, dt_err *err)
+{
+    Dtrain__V1__ClusterInfoRequest req = DTRAIN__V1__CLUSTER_INFO_REQUEST__INIT;
+    Dtrain__V1__ClusterInfoReply *rep = NULL;
+    dt_status st = dt_rpc_unary(ch, "/dtrain.v1.Cluster/Info", &req.base,
+                                &dtrain__v1__cluster_info_reply__descriptor,
+                                (ProtobufCMessage **)&rep, timeout_ms, err);
+    if (rep)
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    return st;
+}
+
+DT_TEST_TIMEOUT(rpc_unary_waits_at_intervals, 30)
+{
+    /* The answer (the handler's refusal) still arrives: the hub's stream thread does the I/O and
+     * the caller looks every 20 ms. */
+    nodes_up(1, NULL);
+    atomic_store(&loop_stop, 0);
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, loop_main, &nodes[0]), 0);
+    dt_rpc_channel *ch;
+    dt_err err = {0};
+    ASSERT_OK(dt_rpc_channel_new(nodes[0].addr, NULL, &ch, &err), &err);
+    dt_rpc_channel_set_wait_interval(ch, 20);
+    for (int i = 0; i < 5; i++) {
+        int64_t t0 = dt_now_ms();
+        ASSERT_STATUS(ask(ch, 10000, &err), DT_ENOTSUP);
+        ASSERT_CONTAINS(err.msg, "not served in this test");
+        ASSERT_LT(dt_now_ms() - t0, 3000);
+    }
+    dt_rpc_channel_free(ch);
+
+    /* A peer that accepts TCP but never speaks: the deadline still ends the wait. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ASSERT_EQ(listen(fd, 8), 0);
+    ASSERT_EQ(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    char mute[64];
+    snprintf(mute, sizeof mute, "127.0.0.1:%d", ntohs(sa.sin_port));
+    ASSERT_OK(dt_rpc_channel_new(mute, NULL, &ch, &err), &err);
+    dt_rpc_channel_set_wait_interval(ch, 20);
+    int64_t t0 = dt_now_ms();
+    dt_status st = ask(ch, 300, &err);
+    ASSERT_TRUE(st == DT_ETIMEDOUT || st == DT_EPEER);
+    ASSERT_LT(dt_now_ms() - t0, 2300 + 500);
+    dt_rpc_channel_free(ch);
+    close(fd);
+
+    atomic_store(&loop_stop, 1);
+    pthread_join(th, NULL);
+    nodes_down(1);
 }
