@@ -21,7 +21,8 @@
 #              "rows"|"error"}...], "link_check_gbps": {R: Gbit/s}} (every round, raw)
 #
 # dtrain: R daemons form a cluster (loopback: scripts/local-cluster.sh; netns: one dtraind per host
-# with TF_CONFIG), then `dtrain --addr CHIEF bench allreduce --sizes .. --iters N --json`. When that
+# with TF_CONFIG), then `dtrain --addr CHIEF bench allreduce --sizes .. --iters N --verify --warmup 3
+# --json` (one checked call and 3 untimed ones per size, as the peers below do). When that
 # command fails (not built yet, cluster did not form), dtrain's columns say n/a and the reason goes
 # to stderr. gloo: scripts/bench/gloo_allreduce.py, one process per rank (GLOO_SOCKET_IFNAME lo or
 # eth0). MPI: build/bench/mpi_allreduce (built from mpi_allreduce.c with mpicc) under mpirun with
@@ -125,7 +126,7 @@ run_dtrain() {
   local net=$1 r=$2 out=$3 dir=$WORK/dtrain-$1-$2
   ((DT_UP)) || return 1
   pb_on_host "$net" 0 timeout -k 5 "$RUN_TIMEOUT" "$BIN_DIR/dtrain" --addr "$CL_ADDR" \
-    --token-file "$CL_TOKEN" bench allreduce --sizes "$SIZES" --iters "$ITERS" --json \
+    --token-file "$CL_TOKEN" bench allreduce --sizes "$SIZES" --iters "$ITERS" --verify --warmup 3 --json \
     >"$out" 2>"$dir/bench.err" </dev/null || {
     note "dtrain ($net, R=$r): $(head -c 300 "$dir/bench.err" | tr '\n' ' ')"
     return 1
