@@ -2,7 +2,8 @@
 # local-cluster.sh - N dtraind daemons on 127.0.0.1, one per port, as workers 0..N-1 (no chief:
 # worker 0 is the chief), for trying dtrain and for tests.
 #
-#   scripts/local-cluster.sh N [--base-port P] [--dir DIR] [--token-file F] [--timeout S] [-- DTRAIND_FLAGS...]
+#   scripts/local-cluster.sh N [--base-port P] [--dir DIR] [--token-file F] [--timeout S] [--bind]
+#       [-- DTRAIND_FLAGS...]
 #   scripts/local-cluster.sh stop [--dir DIR] [--timeout S]
 #   scripts/local-cluster.sh status [--dir DIR]
 #
@@ -11,6 +12,8 @@
 #   --token-file F  the shared token (default: a fresh random one in DIR/token, mode 0600)
 #   --timeout S     start: wait up to S s for every daemon's --ready-file (0: don't wait; default 60)
 #                   stop: SIGTERM, then SIGKILL after S s (default 10)
+#   --bind          worker I runs on CPU I only (taskset), as mpirun binds rank I to core I when
+#                   there are at least as many CPUs as ranks; with fewer CPUs than N, no binding
 # Environment: DT_BIN_DIR (default ./bin) holds dtraind and dtrain.
 #
 # Worker I runs as: TF_CONFIG=<DIR/worker-I.tf_config.json> dtraind --state-dir DIR/worker-I
@@ -30,7 +33,7 @@ die() {
   exit 1
 }
 usage() {
-  sed -n '5,7s/^# \{0,1\}//p' "$0" >&2
+  sed -n '5,8s/^# \{0,1\}//p' "$0" >&2
   exit 2
 }
 
@@ -72,7 +75,7 @@ EOF
 }
 
 cmd_start() {
-  local n=$1 base="" token="" timeout=60 extra=()
+  local n=$1 base="" token="" timeout=60 bind=0 extra=()
   shift
   # shellcheck disable=SC2015  # either test failing means a bad value
   [[ $n =~ ^[0-9]{1,2}$ ]] && ((10#$n >= 1 && 10#$n <= 64)) || die "N must be 1..64, got '$n'"
@@ -83,6 +86,7 @@ cmd_start() {
     --dir) DIR=${2:?--dir needs a value}; shift 2 ;;
     --token-file) token=${2:?--token-file needs a value}; shift 2 ;;
     --timeout) timeout=${2:?--timeout needs a value}; shift 2 ;;
+    --bind) bind=1; shift ;;
     --) shift; extra=("$@"); break ;;
     *) die "unknown option '$1' (dtraind flags go after --)" ;;
     esac
@@ -124,13 +128,22 @@ cmd_start() {
     threads=(--threads $(((cpus - 1) / n > 0 ? (cpus - 1) / n : 1)))
   fi
 
+  local pin=()
+  if ((bind)); then
+    if ((n <= $(nproc))) && command -v taskset >/dev/null; then
+      pin=(taskset -c)
+    else
+      echo "local-cluster: --bind: $n workers, $(nproc) CPUs: not binding" >&2
+    fi
+  fi
+
   # Stop the ones already started if a later one cannot start.
   trap 'rc=$?; if ((rc)); then echo "local-cluster: start failed; stopping the daemons" >&2; cmd_stop --dir "$DIR" >/dev/null 2>&1 || true; fi' EXIT
   for ((i = 0; i < n; i++)); do
     local tf="{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":$i}}"
     echo "$tf" >"$DIR/worker-$i.tf_config.json"
     mkdir -p "$DIR/worker-$i"
-    TF_CONFIG=$tf setsid "$BIN_DIR/dtraind" --state-dir "$DIR/worker-$i" --token-file "$token" \
+    TF_CONFIG=$tf setsid ${pin[@]+"${pin[@]}" $i} "$BIN_DIR/dtraind" --state-dir "$DIR/worker-$i" --token-file "$token" \
       --ready-file "$DIR/worker-$i.ready" "${threads[@]}" "${extra[@]}" >"$DIR/worker-$i.log" 2>&1 </dev/null &
     echo $! >"$DIR/worker-$i.pid"
   done

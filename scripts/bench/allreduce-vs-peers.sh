@@ -32,6 +32,9 @@
 # busbw = algbw * 2(R-1)/R (nccl-tests). Ratios > 1 mean dtrain is faster. Each netns table first
 # says what one TCP stream between two hosts carries (a 32 MB transfer), the link's real ceiling.
 #
+# On loopback, mpirun binds rank I to core I when there are at least as many cores as ranks
+# (--report-bindings shows it); dtrain's daemons get the same binding (local-cluster.sh --bind).
+#
 # Runs as root for netns (namespaces) and lets OpenMPI run as root. Every process it starts is
 # stopped on exit (trap), every wait has a timeout, and the namespaces it brought up are removed.
 # Environment: DT_NETNS_PREFIX (default dtbench) names the namespaces; DT_BIN_DIR (default ./bin).
@@ -39,6 +42,7 @@ set -euo pipefail
 PB_NAME=allreduce-vs-peers
 # shellcheck source=scripts/bench/peers-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/peers-lib.sh"
+PB_BIND=1
 cd "$ROOT"
 # No OpenMPI process should look for InfiniBand or print help about it.
 export OMPI_MCA_btl_base_warn_component_unused=0

@@ -235,7 +235,9 @@ pb_on_host() {
 
 # pb_dtrain_up NET R DIR: a formed dtrain cluster of R workers; sets CL_ADDR (worker 0, the chief)
 # and CL_TOKEN. 1 (reason on stderr) when it does not form within 60 s. pb_dtrain_down NET DIR.
-CL_ADDR="" CL_TOKEN="" CL_PIDS=()
+# PB_BIND=1: on loopback, worker I runs on CPU I when R <= CPUs (local-cluster.sh --bind), as
+# mpirun binds its ranks.
+CL_ADDR="" CL_TOKEN="" CL_PIDS=() PB_BIND=${PB_BIND:-0}
 pb_dtrain_up() {
   local net=$1 r=$2 dir=$3 i cluster="" readies=()
   mkdir -p "$dir"
@@ -243,7 +245,10 @@ pb_dtrain_up() {
   CL_TOKEN=$dir/token
   if [[ $net == loopback ]]; then
     LOCAL_DIRS+=("$dir")
-    "$ROOT/scripts/local-cluster.sh" "$r" --dir "$dir" --timeout 60 >"$dir/start.log" 2>&1 || {
+    local bind=()
+    ((PB_BIND)) && bind=(--bind)
+    "$ROOT/scripts/local-cluster.sh" "$r" --dir "$dir" --timeout 60 ${bind[@]+"${bind[@]}"} \
+      >"$dir/start.log" 2>&1 || {
       note "dtrain: a local cluster of $r did not form: $(tail -n 3 "$dir/start.log" | tr '\n' ' ')"
       return 1
     }
