@@ -29,7 +29,7 @@ void dt_rpc_global_init(void)
 grpc_channel_args *dt__rpc_args_new(int server)
 {
     grpc_channel_args *a = calloc(1, sizeof *a);
-    grpc_arg *v = calloc(8, sizeof *v);
+    grpc_arg *v = calloc(10, sizeof *v);
     if (!a || !v) {
         free(a);
         free(v);
@@ -40,6 +40,14 @@ grpc_channel_args *dt__rpc_args_new(int server)
     v[n++].value.integer = (int)DT_MAX_RPC_MSG;
     v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
     v[n++].value.integer = (int)DT_MAX_RPC_MSG;
+    /* No BDP probing: its pings and window changes cost wake-ups on every burst. A reader
+     * waiting for a message opens the stream's window for the whole message anyway, and the
+     * fixed 8 MiB window covers fast links with long round trips. Measured on loopback, R = 2:
+     * 16 MB all-reduce 11.6-12.5 -> 6.0-7.4 ms; the first 20 after connecting 0.61 -> 0.27 s;
+     * 1 Gbit/s netns links unchanged (94%). */
+    v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_HTTP2_BDP_PROBE, v[n++].value.integer = 0;
+    v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+    v[n++].value.integer = 8 << 20;
     if (server == 1) {
         v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_ALLOW_REUSEPORT, v[n++].value.integer = 0;
     } else {
