@@ -107,6 +107,27 @@ dt_assert_contains "$DT_TEST_TMP/startc.out" "worker 1 exited before the cluster
 dt_assert_contains "$DT_TEST_TMP/startc.out" "dying on purpose" "start failure shows the log"
 if "$LC" status --dir "$D" >/dev/null; then dt_fail "workers left running after a failed start"; fi
 
+# --- --bind: worker I on CPU I when there are enough CPUs, else no binding and a note ---
+ncpu=$(nproc)
+if ((ncpu >= 2)) && command -v taskset >/dev/null; then
+  D=$DT_TEST_TMP/lc-bind
+  DT_BIN_DIR=$STUB "$LC" 2 --dir "$D" --bind --timeout 20 >"$DT_TEST_TMP/bind.out" 2>&1 ||
+    { cat "$DT_TEST_TMP/bind.out"; dt_fail "local-cluster.sh 2 --bind failed"; }
+  for i in 0 1; do
+    cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$(cat "$D/worker-$i.pid")/status")
+    dt_assert_eq "$cpus" "$i" "worker $i's CPUs with --bind"
+  done
+  "$LC" stop --dir "$D" >/dev/null || dt_fail "stop (--bind) failed"
+  D=$DT_TEST_TMP/lc-bind-many
+  n=$((ncpu + 1))
+  DT_BIN_DIR=$STUB "$LC" $n --dir "$D" --bind --timeout 20 >"$DT_TEST_TMP/bind2.out" 2>&1 ||
+    { cat "$DT_TEST_TMP/bind2.out"; dt_fail "local-cluster.sh $n --bind failed"; }
+  dt_assert_contains "$DT_TEST_TMP/bind2.out" "not binding" "--bind with more workers than CPUs says so"
+  cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$(cat "$D/worker-0.pid")/status")
+  dt_assert_eq "$cpus" "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)" "worker 0 unbound"
+  "$LC" stop --dir "$D" >/dev/null || dt_fail "stop (--bind, many) failed"
+fi
+
 # --- bad usage ---
 if "$LC" 0 >/dev/null 2>&1; then dt_fail "N=0 accepted"; fi
 if DT_BIN_DIR=$STUB "$LC" 2 --dir "$DT_TEST_TMP/lc-d" --base-port 65535 >/dev/null 2>&1; then dt_fail "ports past 65535 accepted"; fi
