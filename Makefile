@@ -8,7 +8,7 @@
 #   make format     clang-format every C file
 # Options: CUDA=0|1 (default: on when nvcc is found), SANITIZE=address, V=1 (show commands).
 
-VERSION    := 0.4.0
+VERSION    := 0.4.1
 BUILD      ?= build
 BIN        ?= bin
 SANITIZE   ?=
