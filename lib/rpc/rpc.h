@@ -52,6 +52,8 @@
 
 /* Process-wide gRPC start; idempotent and thread-safe. */
 void dt_rpc_global_init(void);
+/* Whether Abseil's debug-mode lock-graph checks were switched off at init (see common.c). */
+bool dt_rpc_lock_checks_off(void);
 
 /* --- server ---------------------------------------------------------------------------------- */
 
