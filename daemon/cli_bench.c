@@ -425,6 +425,7 @@ static int bench_allreduce(int argc, char **argv)
             cJSON_AddNumberToObject(o, "time_s", r->time_s);
             cJSON_AddNumberToObject(o, "algbw_GBps", alg);
             cJSON_AddNumberToObject(o, "busbw_GBps", alg * bus);
+            cJSON_AddNumberToObject(o, "cpu_s", r->cpu_s);
             if (verify)
                 cJSON_AddBoolToObject(o, "verified", r->verified);
             cJSON_AddItemToArray(rows, o);
@@ -432,6 +433,7 @@ static int bench_allreduce(int argc, char **argv)
         if (rep->stream_gbps > 0) {
             cJSON_AddNumberToObject(j, "stream_GBps", rep->stream_gbps);
             cJSON_AddNumberToObject(j, "stream_bytes", (double)rep->stream_bytes);
+            cJSON_AddNumberToObject(j, "stream_cpu_s", rep->stream_cpu_s);
         }
         char *out = cJSON_Print(j);
         printf("%s\n", out);
@@ -440,15 +442,15 @@ static int bench_allreduce(int argc, char **argv)
     } else {
         printf("ring all-reduce, %d rank%s, wire %s, %d iterations (+%d warm-up), slowest rank\n\n",
                R, R == 1 ? "" : "s", wire, iters, warmup);
-        printf("%10s %12s %12s %12s%s\n", "size", "time(ms)", "algbw(GB/s)", "busbw(GB/s)",
-               verify ? "  verified" : "");
+        printf("%10s %12s %12s %12s %13s%s\n", "size", "time(ms)", "algbw(GB/s)", "busbw(GB/s)",
+               "cpu/rank(ms)", verify ? "  verified" : "");
         for (size_t i = 0; i < rep->n_rows; i++) {
             const Dtrain__V1__CommBenchRow *r = rep->rows[i];
             double alg = r->time_s > 0 ? (double)r->bytes / r->time_s / 1e9 : 0;
             char sz[32];
             size_name(r->bytes, sz, sizeof sz);
-            printf("%10s %12.3f %12.3f %12.3f%s\n", sz, r->time_s * 1e3, alg, alg * bus,
-                   verify ? (r->verified ? "  yes" : "  NO") : "");
+            printf("%10s %12.3f %12.3f %12.3f %13.3f%s\n", sz, r->time_s * 1e3, alg, alg * bus,
+                   r->cpu_s * 1e3, verify ? (r->verified ? "  yes" : "  NO") : "");
         }
         if (rep->stream_gbps > 0) {
             char sz[32];
@@ -461,6 +463,9 @@ static int bench_allreduce(int argc, char **argv)
                    rep->stream_gbps);
             if (last > 0)
                 printf("; busbw at %s is %.0f%% of it", sz, 100 * last / rep->stream_gbps);
+            if (rep->stream_cpu_s > 0)
+                printf("\n  CPU: %.3f ms a message at both ends together, %.2f ns a byte",
+                       rep->stream_cpu_s * 1e3, rep->stream_cpu_s * 1e9 / (double)rep->stream_bytes);
             printf("\n");
         }
     }

@@ -168,10 +168,11 @@ static dt_status bench_run(bench_job *j, dt_err *err)
             st = dt_comm_allreduce(c, b, n, DT_COMM_SUM, wire, COLL_TIMEOUT_MS, err);
         if (st == DT_OK)
             st = dt_comm_barrier(c, COLL_TIMEOUT_MS, err);
-        uint64_t t0 = dt_now_ns();
+        uint64_t t0 = dt_now_ns(), c0 = dt_cpu_ns();
         for (int i = 0; i < iters && st == DT_OK; i++)
             st = dt_comm_allreduce(c, b, n, DT_COMM_SUM, wire, COLL_TIMEOUT_MS, err);
         row->time_s = (double)(dt_now_ns() - t0) / 1e9 / iters;
+        row->cpu_s = (double)(dt_cpu_ns() - c0) / 1e9 / iters;
         free(b);
         j->row_ptrs[j->reply.n_rows++] = row;
     }
@@ -190,12 +191,13 @@ static dt_status bench_run(bench_job *j, dt_err *err)
             st = dt_comm_broadcast(c, b, maxb, 0, COLL_TIMEOUT_MS, err);
         if (st == DT_OK)
             st = dt_comm_barrier(c, COLL_TIMEOUT_MS, err);
-        uint64_t t0 = dt_now_ns();
+        uint64_t t0 = dt_now_ns(), c0 = dt_cpu_ns();
         for (int i = 0; i < iters && st == DT_OK; i++)
             st = dt_comm_broadcast(c, b, maxb, 0, COLL_TIMEOUT_MS, err);
         if (st == DT_OK)
             st = dt_comm_barrier(c, COLL_TIMEOUT_MS, err);
         double t = (double)(dt_now_ns() - t0) / 1e9 / iters;
+        j->reply.stream_cpu_s = (double)(dt_cpu_ns() - c0) / 1e9 / iters;
         j->reply.stream_gbps = (double)maxb / t / 1e9;
         j->reply.stream_bytes = maxb;
         close_comm(j, c);
@@ -283,15 +285,19 @@ static dt_status bench_coordinate(bench_job *j, dt_err *err)
             } else if (k < j->reply.n_rows) {
                 if (r->rows[k]->time_s > row->time_s)
                     row->time_s = r->rows[k]->time_s;
+                row->cpu_s += r->rows[k]->cpu_s;
                 row->verified = row->verified && r->rows[k]->verified;
             }
         }
+        j->reply.stream_cpu_s += r->stream_cpu_s;
         if (r->stream_gbps > 0 &&
             (j->reply.stream_gbps == 0 || r->stream_gbps < j->reply.stream_gbps)) {
             j->reply.stream_gbps = r->stream_gbps;
             j->reply.stream_bytes = r->stream_bytes;
         }
     }
+    for (size_t k = 0; st == DT_OK && k < j->reply.n_rows; k++)
+        j->rows[k].cpu_s /= R;
     for (int i = 0; i < R; i++)
         if (rc[i].reply)
             protobuf_c_message_free_unpacked(&rc[i].reply->base, NULL);

@@ -21,6 +21,8 @@ typedef int64_t dt_deadline;
 /* Monotonic clock, nanoseconds / milliseconds since an arbitrary origin. */
 uint64_t dt_now_ns(void);
 int64_t dt_now_ms(void);
+/* CPU time of this process, every thread, user and system, in nanoseconds. */
+uint64_t dt_cpu_ns(void);
 /* Wall clock, seconds since the epoch (for logs and file metadata only). */
 double dt_wall_s(void);
 

@@ -190,9 +190,12 @@ try:
             d = json.loads(text)
         except ValueError:
             d = json.loads(text.splitlines()[-1])
-    rec["rows"] = [{k: row[k] for k in ("bytes", "time_s", "algbw_GBps", "busbw_GBps")} for row in d["rows"]]
+    rec["rows"] = [{k: row[k] for k in ("bytes", "time_s", "algbw_GBps", "busbw_GBps", "cpu_s")
+                    if k in row} for row in d["rows"]]
     if d.get("stream_GBps") is not None:  # dtrain: what one raw gRPC stream carries here
         rec["stream_GBps"] = float(d["stream_GBps"])
+        rec["stream_bytes"] = int(d["stream_bytes"])
+        rec["stream_cpu_s"] = float(d.get("stream_cpu_s", 0))
 except Exception as e:
     rec["error"] = "no result" if f == "-" else "unreadable result: %s" % e
 print(json.dumps(rec))
@@ -277,14 +280,25 @@ for net, R in keys:
         if net == "netns" and link_gbps:
             line += " %14s" % (cell(v["dtrain"] * 8 / link_gbps * 100, "%.0f%%") if v["dtrain"] else "n/a")
         print(line)
-    streams = [r["stream_GBps"] for r in runs if (r["net"], r["world_size"], r["impl"]) == (net, R, "dtrain")
+    # CPU per rank and call (every thread, user + system) of the same best rows: what the
+    # collective takes from compute that would run beside it.
+    print("CPU per rank, ms a call: %s" % "; ".join(
+        "%s %s" % (fmt_size(b), "/".join(cell(by[(net, R, i)].get(b, {}).get("cpu_s") and
+                                              by[(net, R, i)][b]["cpu_s"] * 1e3, "%.2f")
+                                         for i in ("dtrain", "gloo", "mpi"))) for b in rows)
+          + " (dtrain/gloo/MPI)")
+    streams = [r for r in runs if (r["net"], r["world_size"], r["impl"]) == (net, R, "dtrain")
                and r.get("stream_GBps")]
     big = max(rows) if rows else None
     if streams and big and by[(net, R, "dtrain")].get(big):
-        st = max(streams)
+        st = max(streams, key=lambda r: r["stream_GBps"])
         # Each rank sends busbw's worth through one stream to its ring neighbour.
         print("one raw gRPC stream: %.3f GB/s; dtrain busbw at %s is %.0f%% of it" % (
-            st, fmt_size(big), 100 * by[(net, R, "dtrain")][big]["busbw_GBps"] / st))
+            st["stream_GBps"], fmt_size(big), 100 * by[(net, R, "dtrain")][big]["busbw_GBps"] / st["stream_GBps"]))
+        if st.get("stream_cpu_s") and st.get("stream_bytes"):
+            print("  the stream's CPU, both ends: %.2f ns a byte; the ring's, all ranks: %.2f ns a byte sent"
+                  % (st["stream_cpu_s"] * 1e9 / st["stream_bytes"],
+                     by[(net, R, "dtrain")][big].get("cpu_s", 0) * R * 1e9 / (big * 2 * (R - 1))))
     small = min(rows) if rows else None
     if small is not None:
         t = {i: by[(net, R, i)].get(small, {}).get("time_s") for i in ("dtrain", "gloo", "mpi")}

@@ -11,7 +11,8 @@ For each size: one call on known data (rank r holds r+1) checks the sum on every
 calls; rank 0 turns the warm-up time into an iteration count (at most N, at least 3, about S
 seconds) and broadcasts it; a barrier; that many back-to-back calls on a zero tensor (zeros stay
 zeros, so no overflow or denormals skew the timing). time_s is the mean time of one call, the
-slowest rank's; algbw = bytes / time_s, busbw = algbw * 2(R-1)/R. Rank 0 prints.
+slowest rank's; algbw = bytes / time_s, busbw = algbw * 2(R-1)/R; cpu_s is the CPU time (all
+threads, user and system) of one call, the mean over ranks. Rank 0 prints.
 """
 import argparse
 import datetime
@@ -56,7 +57,8 @@ def main():
     R = a.world
     rows = []
     if a.rank == 0 and not a.json:
-        print("%12s %8s %12s %12s %12s" % ("bytes", "iters", "time_us", "algbw_GBps", "busbw_GBps"))
+        print("%12s %8s %12s %12s %12s %12s" % ("bytes", "iters", "time_us", "algbw_GBps", "busbw_GBps",
+                                                 "cpu_us"))
     rc = 0
     for b in sizes:
         t = torch.full((b // 4,), float(a.rank + 1), dtype=torch.float32)
@@ -76,19 +78,22 @@ def main():
         dist.broadcast(it, 0)
         it = int(it.item())
         dist.barrier()
+        c0 = time.process_time()
         t0 = time.perf_counter()
         for _ in range(it):
             dist.all_reduce(t)
         el = torch.tensor([(time.perf_counter() - t0) / it], dtype=torch.float64)
+        cpu = torch.tensor([(time.process_time() - c0) / it], dtype=torch.float64)
         dist.all_reduce(el, op=dist.ReduceOp.MAX)
+        dist.all_reduce(cpu)
         ts = el.item()
         alg = b / ts / 1e9
         row = {"bytes": b, "iters": it, "time_s": ts, "algbw_GBps": alg,
-               "busbw_GBps": alg * 2 * (R - 1) / R}
+               "busbw_GBps": alg * 2 * (R - 1) / R, "cpu_s": cpu.item() / R}
         rows.append(row)
         if a.rank == 0 and not a.json:
-            print("%12d %8d %12.1f %12.4f %12.4f" % (b, it, ts * 1e6, alg, row["busbw_GBps"]),
-                  flush=True)
+            print("%12d %8d %12.1f %12.4f %12.4f %12.1f" % (b, it, ts * 1e6, alg, row["busbw_GBps"],
+                                                          row["cpu_s"] * 1e6), flush=True)
     if a.rank == 0 and a.json:
         print(json.dumps({"world_size": R, "torch": torch.__version__, "rows": rows}))
     dist.destroy_process_group()

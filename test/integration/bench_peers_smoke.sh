@@ -35,6 +35,7 @@ cat "$DT_TEST_TMP/ar.txt"
 dt_assert_contains "$DT_TEST_TMP/ar.txt" "^## loopback \(127.0.0.1\), R=2$" "loopback table"
 # size, dtrain (a figure or n/a), gloo and MPI figures, two ratios
 dt_assert_contains "$DT_TEST_TMP/ar.txt" '^4KB +(n/a|[0-9.]+) +[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+ +(n/a|[0-9.]+x) +(n/a|[0-9.]+x)$' "4KB row"
+dt_assert_contains "$DT_TEST_TMP/ar.txt" '^CPU per rank, ms a call: 4KB (n/a|[0-9.]+)/[0-9]+\.[0-9]+/[0-9]+\.[0-9]+ \(dtrain/gloo/MPI\)$' "CPU line"
 dt_assert_contains "$DT_TEST_TMP/ar.txt" "^latency 4KB: dtrain .* us, gloo [0-9]+ us, MPI [0-9]+ us; time ratio \(lower is better\) dtrain/gloo (n/a|[0-9.]+x), dtrain/MPI" "latency line"
 
 # --- all-reduce on two shaped netns hosts, as JSON: MPI only (mpirun reaches host 1 through
@@ -68,6 +69,7 @@ for rows, sizes in [(runs["mpi"]["rows"], [4096, 8192])] + [
     assert [r["bytes"] for r in rows] == sizes, rows
     for r in rows:
         assert r["time_s"] > 0 and abs(r["busbw_GBps"] - r["algbw_GBps"]) < 1e-9, r  # R=2: equal
+        assert 0 < r["cpu_s"] < 10, r
 EOF
 
 # --- training: DDP figures for R=1 and 2; efficiency and ratio columns ---

@@ -26,8 +26,13 @@ dt_assert_eq "$(dt_json_get world_size "$DT_TEST_TMP/v.json")" 3 "world_size"
 dt_assert_eq "$(dt_json_get rows.5.bytes "$DT_TEST_TMP/v.json")" 4194304 "rows.5.bytes"
 dt_assert_eq "$(dt_json_get rows.5.verified "$DT_TEST_TMP/v.json")" true "rows.5.verified"
 dt_json_get rows.5.busbw_GBps "$DT_TEST_TMP/v.json" >/dev/null || dt_fail "no busbw_GBps"
+# The daemons' CPU per all-reduce: a 4 MB one moves megabytes through the kernel on every rank.
+cpu=$(dt_json_get rows.5.cpu_s "$DT_TEST_TMP/v.json") || dt_fail "no cpu_s"
+python3 -c "import sys; c = float(sys.argv[1]); sys.exit(not 1e-5 < c < 10)" "$cpu" || dt_fail "cpu_s $cpu for 4 MB"
 bench --verify --wire bf16 --sizes 1M --iters 1 --no-stream >"$DT_TEST_TMP/bf16.txt" || dt_fail "bf16 verify failed"
 dt_assert_contains "$DT_TEST_TMP/bf16.txt" "yes" "bf16 verified"
+dt_assert_contains "$DT_TEST_TMP/bf16.txt" "cpu/rank\(ms\)  verified$" "the table's CPU column"
+dt_assert_contains "$DT_TEST_TMP/bf16.txt" "^ +1M( +[0-9]+\.[0-9]{3}){4}  yes$" "the 1M row"
 
 # 2. kill -9 worker:2 in the middle of 64 MB all-reduces.
 bench --sizes 64M --iters 1000 --warmup 0 --no-stream >"$DT_TEST_TMP/kill.out" 2>&1 &
