@@ -204,14 +204,19 @@ static void trajectory(dt_model *m, ref *r, const dt_model_batch *b, int n, int 
     report("trajectory: gradients along %d reference steps: worst rel %.3e at step %d; torch "
            "float32's own: %.3e at step %d",
            nsteps, worst, worst_step, worst32, worst32_step);
-    if (!(worst <= 1e-5) && !getenv("DT_NN_PARITY_REPORT"))
-        DT_FAIL_("gradient along the reference trajectory: %.3e at step %d above 1e-5", worst,
-                 worst_step);
+    /* At a kink any float32 gradient jumps (PyTorch's too), so the bound is PyTorch float32's
+     * own worst along the same steps, with 1e-5 where that is smaller. */
+    double bound = 2 * worst32 > 1e-5 ? 2 * worst32 : 1e-5;
+    if (!(worst <= bound) && !getenv("DT_NN_PARITY_REPORT"))
+        DT_FAIL_("gradient along the reference trajectory: %.3e at step %d above %.3e (twice "
+                 "torch float32's own worst, %.3e at step %d)",
+                 worst, worst_step, bound, worst32, worst32_step);
 }
 
-static void parity(const char *model_json_path, const char *json_text, int nsteps, double wtol)
+static void parity(const char *model_json_path, const char *json_text, int nsteps, double wtol,
+                   bool traj)
 {
-    parity_trajectory = getenv("DT_NN_PARITY_TRAJ") != NULL;
+    parity_trajectory = traj || getenv("DT_NN_PARITY_TRAJ") != NULL;
     need_torch();
     const char *dir = dt_test_tmpdir();
     char path[1024], cmd[2048];
@@ -387,7 +392,8 @@ static void parity(const char *model_json_path, const char *json_text, int nstep
     nn_data_free(&d);
 }
 
-static void parity_file(const char *rel, const char *from, const char *to, int nsteps, double wtol)
+static void parity_file(const char *rel, const char *from, const char *to, int nsteps, double wtol,
+                        bool traj)
 {
     char *text;
     size_t len;
@@ -399,14 +405,14 @@ static void parity_file(const char *rel, const char *from, const char *to, int n
         ASSERT_EQ(strlen(from), strlen(to));
         memcpy(p, to, strlen(to));
     }
-    parity(rel, text, nsteps, wtol);
+    parity(rel, text, nsteps, wtol, traj);
     free(text);
 }
 
 /* The tutorial CNN: 20 steps agree to 1e-4. */
 DT_TEST_TIMEOUT(nn_parity_torch_tutorial_cnn, 300)
 {
-    parity_file("config/models/fmnist_cnn.json", NULL, NULL, steps(), 1e-4);
+    parity_file("config/models/fmnist_cnn.json", NULL, NULL, steps(), 1e-4, false);
 }
 
 /* With batch normalization (and residual adds) 20 steps of float32 arithmetic leave the float64
@@ -423,24 +429,29 @@ DT_TEST_TIMEOUT(nn_parity_torch_tutorial_cnn, 300)
  * the float32 reference by computing single layer classes in float64: the float32 GEMMs of
  * Conv2D (1.0e-3 when only they are float32) and Dense (6.5e-4) cause it, BN's arithmetic only
  * 1.3e-5; with every layer in float64 (activations, gradients and weights still stored as
- * float32) it falls to 6.4e-7 / 5.0e-6. Hence: 1e-4 over the first 6 steps, and over 20 steps
- * 1e-3, the band PyTorch's own float32 lands in.
+ * float32) it falls to 6.4e-7 / 5.0e-6.
  *
- * Step by step (DT_NN_PARITY_TRAJ=1: our gradient at the reference's weights of each step) the
- * engine stays within 1e-5 of float64 on most steps, closer than PyTorch's float32 (residual:
- * 1.6e-6 against torch float32's 2.2e-4). Isolated steps are kinks, where float32 rounding flips
- * a ReLU or max-pool choice and the gradient jumps: 5.1e-3 at step 11 here; torch float32 has
- * its own (4.9e-3 at step 8). A gradient check at such a point is discontinuous in any
- * precision but float64's, so the step-by-step check is a diagnostic, not an assertion. */
+ * Which GEMM kernel OpenBLAS picks for the CPU moves conv_bn_cnn's SGD-momentum figure (the
+ * order of a GEMM's float32 sums changes; OPENBLAS_CORETYPE, same machine): Haswell and Zen
+ * 6.5e-4, Prescott 2.1e-3, SkylakeX 2.1e-3, Nehalem 2.8e-3, SandyBridge and Cooperlake 4.1e-3;
+ * Adam stays within 2e-5 to 5e-5 and resnet_small within 3.7e-4 on every one. Step by step
+ * (teacher forcing: our gradient at the reference's weights of each step) the engine is as
+ * close to float64 as PyTorch's float32 on all of them: worst 4.9e-3 to 5.1e-3 where PyTorch's
+ * own is 4.9e-3, at kinks, where float32 rounding flips a ReLU or max-pool choice and the
+ * gradient jumps. So what is asserted: 1e-4 over the first 6 steps; along the 20 reference
+ * steps, every gradient within twice PyTorch float32's own worst; after 20 free-running steps
+ * 1e-2, above the kernels' spread and below what a wrong update gives (SGD's momentum off by 5%:
+ * 5.5e-2 after 6 steps). resnet_small keeps 1e-3 after 20 steps. */
 DT_TEST_TIMEOUT(nn_parity_torch_conv_bn_cnn, 300)
 {
-    parity_file("config/models/fmnist_cnn_bn.json", "\"rate\": 0.25", "\"rate\": 0.00", 6, 1e-4);
+    parity_file("config/models/fmnist_cnn_bn.json", "\"rate\": 0.25", "\"rate\": 0.00", 6, 1e-4,
+                false);
     parity_file("config/models/fmnist_cnn_bn.json", "\"rate\": 0.25", "\"rate\": 0.00", steps(),
-                1e-3);
+                1e-2, true);
 }
 
 DT_TEST_TIMEOUT(nn_parity_torch_residual_functional, 300)
 {
-    parity_file("config/models/resnet_small.json", NULL, NULL, 6, 1e-4);
-    parity_file("config/models/resnet_small.json", NULL, NULL, steps(), 1e-3);
+    parity_file("config/models/resnet_small.json", NULL, NULL, 6, 1e-4, false);
+    parity_file("config/models/resnet_small.json", NULL, NULL, steps(), 1e-3, false);
 }
