@@ -4,7 +4,7 @@
 #
 #   scripts/bench/allreduce-vs-peers.sh [--sizes 4K,64K,1M,4M,16M,64M] [--worlds 2,3,4] [--iters N]
 #       [--net loopback|netns|both] [--rate 1gbit] [--budget S] [--rounds K] [--settle S]
-#       [--only dtrain,gloo,mpi] [--out DIR] [--json]
+#       [--only dtrain,gloo,mpi] [--tcp-bytes SIZE] [--out DIR] [--json]
 #
 #   --net      loopback: every rank on 127.0.0.1; netns: each rank on its own scripts/netns-cluster.sh
 #              host (own namespace and address, egress shaped to --rate); both (default)
@@ -16,6 +16,7 @@
 #   --settle   before each run wait up to S seconds (default 30) for the CPUs to be >= 80% idle;
 #              the idle share is recorded and the table's footer gives its range
 #   --only     run only these implementations (the others print n/a)
+#   --tcp-bytes  bytes per transfer of the plain-TCP cost measurement (default 1G; see below)
 #   --out      keep every raw JSON result and log in DIR (default: a temporary directory, removed)
 #   --json     print one JSON document {"runs": [{"net","world_size","impl","round",
 #              "rows"|"error"}...], "link_check_gbps": {R: Gbit/s}} (every round, raw)
@@ -29,7 +30,15 @@
 # `--mca btl tcp,self`, so it crosses the same TCP wire as the others rather than shared memory;
 # on netns hosts mpirun runs on host 0 and starts the other ranks through scripts/bench/netns-rsh.sh
 # (ip netns exec in place of ssh).
-# busbw = algbw * 2(R-1)/R (nccl-tests). Ratios > 1 mean dtrain is faster. Each netns table first
+# busbw = algbw * 2(R-1)/R (nccl-tests). Ratios > 1 mean dtrain is faster.
+#
+# Two ceilings come with each table, both measured in the same run. The total CPU of a call
+# cannot exceed the machine's CPUs times its time, so dtrain's own CPU per rank and call (the
+# daemons' every thread) caps its busbw at CPUs * bytes sent per rank / (R * CPU per rank); a
+# peer figure above that cap is out of dtrain's reach here unless a call costs less CPU. And
+# build/bench/tcp_cost (scripts/bench/tcp_cost.c) measures what plain TCP on loopback costs a
+# byte at both ends with no gRPC at all, half the bytes reduced as in a ring: the same formula
+# with that cost caps ANY ring over TCP on this machine. Each netns table first
 # says what one TCP stream between two hosts carries (a 32 MB transfer), the link's real ceiling.
 #
 # On loopback, mpirun binds rank I to core I when there are at least as many cores as ranks
@@ -57,6 +66,7 @@ ROUNDS=1
 SETTLE=30
 ONLY=dtrain,gloo,mpi
 OUT=""
+TCP_BYTES=1G
 JSON=0
 RUN_TIMEOUT=${DT_BENCH_RUN_TIMEOUT:-300} # seconds for one implementation at one world size
 
@@ -77,6 +87,7 @@ while (($#)); do
   --settle) SETTLE=${2:?--settle needs a value}; shift 2 ;;
   --only) ONLY=${2:?--only needs a value}; shift 2 ;;
   --out) OUT=${2:?--out needs a value}; shift 2 ;;
+  --tcp-bytes) TCP_BYTES=${2:?--tcp-bytes needs a value}; shift 2 ;;
   --json) JSON=1; shift ;;
   -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
   *) note "unknown option '$1'"; usage ;;
@@ -88,6 +99,7 @@ done
 [[ $SETTLE =~ ^[0-9]+$ ]] || die "--settle '$SETTLE' must be whole seconds"
 [[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || die "--rounds '$ROUNDS' must be 1..99"
 [[ $BUDGET =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--budget '$BUDGET' must be seconds"
+[[ $TCP_BYTES =~ ^[1-9][0-9]*[KMG]?$ ]] || die "--tcp-bytes '$TCP_BYTES': use e.g. 64M or 1G"
 case $NET in
 loopback) NETS=(loopback) ;;
 netns) NETS=(netns) ;;
@@ -123,6 +135,12 @@ if wants mpi; then
   else note "no mpirun/mpicc (apt-get install openmpi-bin libopenmpi-dev): MPI columns n/a"; fi
 fi
 pb_check_dtrain_and_nets
+TCP_COST=-
+mkdir -p build/bench
+if [[ ! -x build/bench/tcp_cost || scripts/bench/tcp_cost.c -nt build/bench/tcp_cost ]]; then
+  cc -O2 -std=c11 -Wall -Wextra -o build/bench/tcp_cost scripts/bench/tcp_cost.c ||
+    die "cc failed on scripts/bench/tcp_cost.c"
+fi
 
 # run_dtrain NET R OUTFILE: dtrain's figures from the cluster pb_dtrain_up formed into OUTFILE
 # (JSON), or 1 with the reason on stderr.
@@ -202,6 +220,12 @@ print(json.dumps(rec))
 EOF
 }
 
+# Plain TCP's cost a byte on this machine, once, on a settled machine (the floor for any ring).
+pb_settle "$SETTLE" >/dev/null
+if timeout -k 5 120 build/bench/tcp_cost --bytes "$TCP_BYTES" --json >"$WORK/tcp_cost.json" 2>"$WORK/tcp_cost.err"; then
+  TCP_COST=$WORK/tcp_cost.json
+else note "tcp_cost: $(head -c 300 "$WORK/tcp_cost.err" | tr '\n' ' '): no plain-TCP ceiling"; fi
+
 # Per network and world size: one dtrain cluster, then ROUNDS rounds of dtrain, gloo, MPI in turn.
 for net in "${NETS[@]}"; do
   for r in "${WORLD_LIST[@]}"; do
@@ -231,14 +255,16 @@ for net in "${NETS[@]}"; do
 done
 
 # ---- the report ----------------------------------------------------------------------------
-"$PY" - "$RESULTS" "$JSON" "$RATE" "$(nproc)" <<'EOF'
+"$PY" - "$RESULTS" "$JSON" "$RATE" "$(nproc)" "$TCP_COST" <<'EOF'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+tcp = json.load(open(sys.argv[5])) if sys.argv[5] != "-" else None
 links = {r["world_size"]: r["gbps"] for r in runs if r["impl"] == "link"}
 runs = [r for r in runs if r["impl"] != "link"]
 as_json, rate, ncpu = sys.argv[2] == "1", sys.argv[3], sys.argv[4]
 if as_json:
-    print(json.dumps({"rate": rate, "cpus": int(ncpu), "link_check_gbps": links, "runs": runs}))
+    print(json.dumps({"rate": rate, "cpus": int(ncpu), "link_check_gbps": links, "tcp_cost": tcp,
+                      "runs": runs}))
     sys.exit(0)
 units = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 link_gbps = next((float(rate[:-len(u)]) * units[u] / 1e9 for u in ("kbit", "mbit", "gbit", "bit")
@@ -287,6 +313,19 @@ for net, R in keys:
                                               by[(net, R, i)][b]["cpu_s"] * 1e3, "%.2f")
                                          for i in ("dtrain", "gloo", "mpi"))) for b in rows)
           + " (dtrain/gloo/MPI)")
+    # The CPU ceiling: sum of the ranks' CPU <= CPUs x time, so busbw <= CPUs x (bytes a rank
+    # sends) / (R x CPU per rank). MPI figures above it need a call that costs dtrain less CPU.
+    ncpus = int(ncpu)
+    def cap(b):
+        c = by[(net, R, "dtrain")].get(b, {}).get("cpu_s")
+        return ncpus * b * 2 * (R - 1) / R / (R * c) / 1e9 if c else None
+    caps = {b: cap(b) for b in rows}
+    if any(caps.values()):
+        over = [fmt_size(b) for b in rows if caps[b] and
+                (by[(net, R, "mpi")].get(b, {}).get("busbw_GBps") or 0) > caps[b]]
+        print("dtrain's busbw ceiling from its own CPU (%d CPUs, R=%d): %s%s" % (
+            ncpus, R, "; ".join("%s %s" % (fmt_size(b), cell(caps[b])) for b in rows if caps[b]),
+            "; MPI is above it at " + ", ".join(over) if over else "; MPI is below it everywhere"))
     streams = [r for r in runs if (r["net"], r["world_size"], r["impl"]) == (net, R, "dtrain")
                and r.get("stream_GBps")]
     big = max(rows) if rows else None
@@ -299,6 +338,15 @@ for net, R in keys:
             print("  the stream's CPU, both ends: %.2f ns a byte; the ring's, all ranks: %.2f ns a byte sent"
                   % (st["stream_cpu_s"] * 1e9 / st["stream_bytes"],
                      by[(net, R, "dtrain")][big].get("cpu_s", 0) * R * 1e9 / (big * 2 * (R - 1))))
+        if caps.get(big):
+            print("  on %d CPUs dtrain's own CPU caps busbw at %s at %s: %.0f%% of the stream"
+                  % (ncpus, cell(caps[big]), fmt_size(big), 100 * caps[big] / st["stream_GBps"]))
+        if tcp and tcp.get("ring_floor_ns_per_byte"):
+            f = tcp["ring_floor_ns_per_byte"]
+            any_cap = ncpus / (R * f)
+            print("  plain TCP here costs %.3f ns a byte sent (no gRPC; half reduced): any ring over "
+                  "TCP of R=%d on %d CPUs tops out at %.3f GB/s, %.0f%% of the stream"
+                  % (f, R, ncpus, any_cap, 100 * any_cap / st["stream_GBps"]))
     small = min(rows) if rows else None
     if small is not None:
         t = {i: by[(net, R, i)].get(small, {}).get("time_s") for i in ("dtrain", "gloo", "mpi")}

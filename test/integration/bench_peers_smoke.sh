@@ -17,7 +17,7 @@ export DT_NETNS_PREFIX=dtt$$ DT_NETNS_SUBNET=10.78.$(($$ % 250))
 dt_on_exit "'$DT_NETNS' down >/dev/null 2>&1"
 
 # --- bad options are refused before anything starts ---
-for bad in "--sizes 3K,x" "--worlds 1" "--net wan" "--iters 0" "--bogus"; do
+for bad in "--sizes 3K,x" "--worlds 1" "--net wan" "--iters 0" "--tcp-bytes 0" "--tcp-bytes 1T" "--bogus"; do
   # shellcheck disable=SC2086  # $bad is several words
   if "$B/allreduce-vs-peers.sh" $bad >"$DT_TEST_TMP/bad.out" 2>&1; then dt_fail "allreduce-vs-peers.sh $bad succeeded"; fi
 done
@@ -28,7 +28,7 @@ dt_assert_contains "$DT_TEST_TMP/bad.out" "does not split evenly" "uneven batch 
 
 # --- all-reduce on loopback: the table, with the raw results kept (--out) ---
 t0=$(dt__now_ms)
-"$B/allreduce-vs-peers.sh" --sizes 4K --worlds 2 --iters 2 --budget 0.1 --settle 0 --net loopback --out "$DT_TEST_TMP/ar" \
+"$B/allreduce-vs-peers.sh" --sizes 4K --worlds 2 --iters 2 --budget 0.1 --settle 0 --tcp-bytes 16M --net loopback --out "$DT_TEST_TMP/ar" \
   >"$DT_TEST_TMP/ar.txt" 2>"$DT_TEST_TMP/ar.err" || { cat "$DT_TEST_TMP/ar.err" >&2; dt_fail "allreduce-vs-peers.sh failed"; }
 echo "allreduce-vs-peers.sh --net loopback: $(($(dt__now_ms) - t0)) ms"
 cat "$DT_TEST_TMP/ar.txt"
@@ -37,19 +37,29 @@ dt_assert_contains "$DT_TEST_TMP/ar.txt" "^## loopback \(127.0.0.1\), R=2$" "loo
 dt_assert_contains "$DT_TEST_TMP/ar.txt" '^4KB +(n/a|[0-9.]+) +[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+ +(n/a|[0-9.]+x) +(n/a|[0-9.]+x)$' "4KB row"
 dt_assert_contains "$DT_TEST_TMP/ar.txt" '^CPU per rank, ms a call: 4KB (n/a|[0-9.]+)/[0-9]+\.[0-9]+/[0-9]+\.[0-9]+ \(dtrain/gloo/MPI\)$' "CPU line"
 dt_assert_contains "$DT_TEST_TMP/ar.txt" "^latency 4KB: dtrain .* us, gloo [0-9]+ us, MPI [0-9]+ us; time ratio \(lower is better\) dtrain/gloo (n/a|[0-9.]+x), dtrain/MPI" "latency line"
+# With dtrain's figures come its CPU ceiling, and plain TCP's (build/bench/tcp_cost) under the stream.
+if grep -Eq '^4KB +[0-9.]+ ' "$DT_TEST_TMP/ar.txt"; then
+  dt_assert_contains "$DT_TEST_TMP/ar.txt" "^dtrain's busbw ceiling from its own CPU \([0-9]+ CPUs, R=2\): 4KB [0-9]+\.[0-9]+; MPI is (above it at 4KB|below it everywhere)$" "CPU ceiling line"
+  dt_assert_contains "$DT_TEST_TMP/ar.txt" "^  plain TCP here costs [0-9]+\.[0-9]+ ns a byte sent \(no gRPC; half reduced\): any ring over TCP of R=2 on [0-9]+ CPUs tops out at [0-9]+\.[0-9]+ GB/s, [0-9]+% of the stream$" "plain TCP line"
+fi
+# The plain-TCP tool on its own: bad input is refused, a small run gives positive costs.
+"$DT_SRC_DIR/build/bench/tcp_cost" --sizes 3 >/dev/null 2>&1 && dt_fail "tcp_cost took a 3-byte message"
+"$DT_SRC_DIR/build/bench/tcp_cost" --bytes 5G >/dev/null 2>&1 && dt_fail "tcp_cost took --bytes 5G"
+"$DT_SRC_DIR/build/bench/tcp_cost" --sizes 64K,1M --bytes 8M --repeat 1 >"$DT_TEST_TMP/tcp.txt" || dt_fail "tcp_cost failed"
+dt_assert_contains "$DT_TEST_TMP/tcp.txt" "^1048576 +[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+$" "tcp_cost row"
 
 # --- all-reduce on two shaped netns hosts, as JSON: MPI only (mpirun reaches host 1 through
 # netns-rsh.sh; gloo's torch import would double the time) ---
 if [[ $(id -u) -eq 0 ]]; then
   net=netns
   t0=$(dt__now_ms)
-  "$B/allreduce-vs-peers.sh" --sizes 4K,8K --worlds 2 --iters 2 --budget 0.1 --settle 0 --net netns --only mpi --json \
+  "$B/allreduce-vs-peers.sh" --sizes 4K,8K --worlds 2 --iters 2 --budget 0.1 --settle 0 --tcp-bytes 16M --net netns --only mpi --json \
     >"$DT_TEST_TMP/ar.json" 2>"$DT_TEST_TMP/ar-json.err" || { cat "$DT_TEST_TMP/ar-json.err" >&2; dt_fail "allreduce-vs-peers.sh --net netns --json failed"; }
   echo "allreduce-vs-peers.sh --net netns --only mpi: $(($(dt__now_ms) - t0)) ms"
 else
   net=loopback
   echo "not root: the netns run is left out"
-  "$B/allreduce-vs-peers.sh" --sizes 4K,8K --worlds 2 --iters 2 --budget 0.1 --settle 0 --net loopback --only mpi --json \
+  "$B/allreduce-vs-peers.sh" --sizes 4K,8K --worlds 2 --iters 2 --budget 0.1 --settle 0 --tcp-bytes 16M --net loopback --only mpi --json \
     >"$DT_TEST_TMP/ar.json" 2>"$DT_TEST_TMP/ar-json.err" || dt_fail "allreduce-vs-peers.sh --json failed"
 fi
 "$PY" - "$DT_TEST_TMP/ar.json" "$DT_TEST_TMP/ar/results.jsonl" "$net" <<'EOF' || dt_fail "allreduce-vs-peers.sh: wrong results"
@@ -60,6 +70,10 @@ runs = {r["impl"]: r for r in d["runs"]}
 assert set(runs) == {"dtrain", "gloo", "mpi"}, runs
 assert all(r["net"] == net and r["world_size"] == 2 for r in d["runs"]), d["runs"]
 assert "error" in runs["dtrain"] and "error" in runs["gloo"], "ran despite --only mpi"
+t = d["tcp_cost"]  # plain TCP's cost a byte, measured once per run
+assert [r["bytes"] for r in t["rows"]] == [262144, 524288, 1048576, 4194304], t
+assert all(0 < r["copy_ns_per_byte"] < 100 and 0 < r["reduce_ns_per_byte"] < 100 for r in t["rows"]), t
+assert min((r["copy_ns_per_byte"] + r["reduce_ns_per_byte"]) / 2 for r in t["rows"]) == t["ring_floor_ns_per_byte"], t
 if net == "netns":  # the shaped link carried something, and no more than 1 Gbit/s (+10%)
     g = d["link_check_gbps"]["2"]
     assert g is not None and 0.05 < g < 1.1, g
