@@ -62,10 +62,23 @@ static int parse_size(const char *s, size_t *out)
     if (end == s)
         return -1;
     switch (*end) {
-    case 'K': case 'k': v <<= 10; end++; break;
-    case 'M': case 'm': v <<= 20; end++; break;
-    case 'G': case 'g': v <<= 30; end++; break;
-    default: break;
+    case 'K':
+    case 'k':
+        v <<= 10;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        v <<= 20;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        v <<= 30;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end || v == 0 || v > (1ull << 30))
         return -1;
@@ -181,15 +194,19 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--json") == 0)
             json = 1;
         else {
-            fprintf(stderr, "usage: tcp_cost [--sizes 256K,512K,1M,4M] [--bytes N] [--repeat K] [--json]\n");
+            fprintf(
+                stderr,
+                "usage: tcp_cost [--sizes 256K,512K,1M,4M] [--bytes N] [--repeat K] [--json]\n");
             return 2;
         }
     }
     char *copy = strdup(list);
     for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (nsizes == MAX_SIZES || parse_size(t, &sizes[nsizes]) != 0 || sizes[nsizes] % 4) {
-            fprintf(stderr, "tcp_cost: --sizes: expected up to %d sizes, multiples of 4 bytes, "
-                            "got %s\n", MAX_SIZES, t);
+            fprintf(stderr,
+                    "tcp_cost: --sizes: expected up to %d sizes, multiples of 4 bytes, "
+                    "got %s\n",
+                    MAX_SIZES, t);
             return 2;
         }
         nsizes++;
