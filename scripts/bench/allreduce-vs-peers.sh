@@ -338,10 +338,11 @@ for net, R in keys:
             print("  the stream's CPU, both ends: %.2f ns a byte; the ring's, all ranks: %.2f ns a byte sent"
                   % (st["stream_cpu_s"] * 1e9 / st["stream_bytes"],
                      by[(net, R, "dtrain")][big].get("cpu_s", 0) * R * 1e9 / (big * 2 * (R - 1))))
-        if caps.get(big):
+        # On shaped links the stream is the link's, so a CPU share of it says nothing there.
+        if caps.get(big) and net == "loopback":
             print("  on %d CPUs dtrain's own CPU caps busbw at %s at %s: %.0f%% of the stream"
                   % (ncpus, cell(caps[big]), fmt_size(big), 100 * caps[big] / st["stream_GBps"]))
-        if tcp and tcp.get("ring_floor_ns_per_byte"):
+        if tcp and tcp.get("ring_floor_ns_per_byte") and net == "loopback":
             f = tcp["ring_floor_ns_per_byte"]
             any_cap = ncpus / (R * f)
             print("  plain TCP here costs %.3f ns a byte sent (no gRPC; half reduced): any ring over "
