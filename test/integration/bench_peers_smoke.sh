@@ -73,7 +73,9 @@ assert "error" in runs["dtrain"] and "error" in runs["gloo"], "ran despite --onl
 t = d["tcp_cost"]  # plain TCP's cost a byte, measured once per run
 assert [r["bytes"] for r in t["rows"]] == [262144, 524288, 1048576, 4194304], t
 assert all(0 < r["copy_ns_per_byte"] < 100 and 0 < r["reduce_ns_per_byte"] < 100 for r in t["rows"]), t
-assert min((r["copy_ns_per_byte"] + r["reduce_ns_per_byte"]) / 2 for r in t["rows"]) == t["ring_floor_ns_per_byte"], t
+# the floor is the cheapest size's mean of the two (each printed to 4 decimals)
+assert abs(min((r["copy_ns_per_byte"] + r["reduce_ns_per_byte"]) / 2 for r in t["rows"])
+           - t["ring_floor_ns_per_byte"]) < 2e-4, t
 if net == "netns":  # the shaped link carried something, and no more than 1 Gbit/s (+10%)
     g = d["link_check_gbps"]["2"]
     assert g is not None and 0.05 < g < 1.1, g
