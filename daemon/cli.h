@@ -51,5 +51,7 @@ void dt_cli_conn_close(dt_cli_conn *c);
 /* A whole decimal integer, or INT_MIN for anything else ("", "12x", "abc", out of int range), so
  * that a verb's range check refuses garbage instead of reading it as 0 the way atoi does. */
 int dt_cli_int(const char *s);
+/* A whole decimal number ("0.5", "2"), or NaN for anything else, which every range check fails. */
+double dt_cli_double(const char *s);
 
 #endif

@@ -4,7 +4,8 @@
  * random data and prints samples/s, the step time and how much of it the GEMMs take; with
  * --workers R or --addr it trains on a formed cluster instead (cli_bench_train.c).
  *   dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]
- *                          [--wire f32|bf16|f16] [--streams K] [--verify] [--no-stream] [--json]
+ *                          [--warmup-s S] [--wire f32|bf16|f16] [--streams K] [--verify]
+ *                          [--no-stream] [--json]
  * asks a daemon (the chief by default) to run ring all-reduces of each size on every rank of the
  * formed cluster and prints time, algbw and busbw (nccl-tests' convention), and what one raw gRPC
  * stream between two daemons carries. */
@@ -55,8 +56,8 @@ static void usage(FILE *f)
            "                         [--compression none|bf16|f16] [--bucket-mb MB]\n"
            "                         [--first-bucket-mb MB]\n"
            "       dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]\n"
-           "                              [--wire f32|bf16|f16] [--streams K] [--verify]\n"
-           "                              [--no-stream] [--timeout SEC] [--json]\n\n"
+           "                              [--warmup-s S] [--wire f32|bf16|f16] [--streams K]\n"
+           "                              [--verify] [--no-stream] [--timeout SEC] [--json]\n\n"
            "train: one process, random data, sparse categorical cross-entropy and SGD;\n"
            "  --threads sets OpenBLAS's threads (default: the machine's setting).\n"
            "  --json prints {\"world_size\", \"batch\", \"samples_per_s\", \"step_s\", "
@@ -74,7 +75,14 @@ static void usage(FILE *f)
            "  \"step_s\", \"timed_steps\", \"first_timed_step\", \"job_steps\", \"job\",\n"
            "  \"optimizer\", \"compression\"}. --compression sets the job's\n"
            "  $.strategy.compression (bf16 = bfloat16, f16 = float16: gradients on a 16-bit\n"
-           "  wire); --bucket-mb and --first-bucket-mb its fusion buckets (defaults 25 and 1).\n");
+           "  wire); --bucket-mb and --first-bucket-mb its fusion buckets (defaults 25 and 1).\n"
+           "allreduce: on the formed cluster, each size W untimed calls (default 1), then N\n"
+           "  timed ones (default 5) on every rank; --warmup-s S adds untimed calls until S\n"
+           "  seconds have passed (the ring's fresh TCP connections take a few hundred MB of\n"
+           "  traffic to reach their steady rate; training keeps its ring for the whole job).\n"
+           "  --json prints {\"world_size\", \"wire\", \"iters\", \"warmup_s\", \"rows\": "
+           "[{\"bytes\",\n"
+           "  \"time_s\", \"algbw_GBps\", \"busbw_GBps\", \"cpu_s\"}], \"stream_GBps\", ...}.\n");
 }
 
 static int bench_train(int argc, char **argv)
@@ -305,23 +313,33 @@ static void size_name(uint64_t b, char *buf, size_t n)
 
 static int bench_allreduce(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"sizes", required_argument, NULL, 's'},   {"iters", required_argument, NULL, 'i'},
-        {"warmup", required_argument, NULL, 'w'},  {"wire", required_argument, NULL, 'W'},
-        {"streams", required_argument, NULL, 'k'}, {"verify", no_argument, NULL, 'v'},
-        {"no-stream", no_argument, NULL, 'n'},     {"timeout", required_argument, NULL, 'T'},
-        {"addr", required_argument, NULL, 'a'},    {"token-file", required_argument, NULL, 't'},
-        {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
-        {"chunk", required_argument, NULL, 'C'},   {0, 0, 0, 0}};
+    static const struct option opts[] = {{"sizes", required_argument, NULL, 's'},
+                                         {"iters", required_argument, NULL, 'i'},
+                                         {"warmup", required_argument, NULL, 'w'},
+                                         {"wire", required_argument, NULL, 'W'},
+                                         {"streams", required_argument, NULL, 'k'},
+                                         {"verify", no_argument, NULL, 'v'},
+                                         {"no-stream", no_argument, NULL, 'n'},
+                                         {"timeout", required_argument, NULL, 'T'},
+                                         {"addr", required_argument, NULL, 'a'},
+                                         {"token-file", required_argument, NULL, 't'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {"chunk", required_argument, NULL, 'C'},
+                                         {"warmup-s", required_argument, NULL, 'S'},
+                                         {0, 0, 0, 0}};
     uint64_t sizes[64], chunk = 0;
     size_t nsizes = 0;
     parse_sizes("4K,64K,1M,4M,16M,64M", sizes, 64, &nsizes);
     const char *wire = "f32", *addr_flag = NULL, *token_file = getenv("DTRAIN_TOKEN_FILE");
     int iters = 5, warmup = 1, streams = 0, verify = 0, raw = 1, json = 0, c;
-    double timeout_s = 1800;
+    double timeout_s = 1800, warmup_s = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
+        case 'S':
+            warmup_s = dt_cli_double(optarg);
+            break;
         case 's':
             if (parse_sizes(optarg, sizes, 64, &nsizes) != 0) {
                 fprintf(stderr,
@@ -378,9 +396,10 @@ static int bench_allreduce(int argc, char **argv)
         }
     }
     if (iters < 1 || iters > 100000 || warmup < 0 || warmup > 1000 || streams < 0 || streams > 16 ||
-        timeout_s <= 0 || (strcmp(wire, "f32") && strcmp(wire, "bf16") && strcmp(wire, "f16"))) {
-        fprintf(stderr, "dtrain bench allreduce: --iters 1..100000, --warmup 0..1000, --streams "
-                        "0..16, --wire f32|bf16|f16\n");
+        timeout_s <= 0 || !(warmup_s >= 0 && warmup_s <= 60) ||
+        (strcmp(wire, "f32") && strcmp(wire, "bf16") && strcmp(wire, "f16"))) {
+        fprintf(stderr, "dtrain bench allreduce: --iters 1..100000, --warmup 0..1000, --warmup-s "
+                        "0..60, --streams 0..16, --wire f32|bf16|f16\n");
         return 2;
     }
     dt_cli_conn conn = {0};
@@ -400,6 +419,7 @@ static int bench_allreduce(int argc, char **argv)
     req.streams = (uint32_t)streams;
     req.raw_stream = raw;
     req.chunk_bytes = (uint32_t)chunk;
+    req.warmup_s = warmup_s;
     Dtrain__V1__CommBenchReply *rep = NULL;
     dt_status st = dt_rpc_unary(conn.ch, "/dtrain.v1.Comm/Bench", &req.base,
                                 &dtrain__v1__comm_bench_reply__descriptor,
@@ -416,6 +436,7 @@ static int bench_allreduce(int argc, char **argv)
         cJSON_AddNumberToObject(j, "world_size", R);
         cJSON_AddStringToObject(j, "wire", wire);
         cJSON_AddNumberToObject(j, "iters", iters);
+        cJSON_AddNumberToObject(j, "warmup_s", warmup_s);
         cJSON *rows = cJSON_AddArrayToObject(j, "rows");
         for (size_t i = 0; i < rep->n_rows; i++) {
             const Dtrain__V1__CommBenchRow *r = rep->rows[i];
@@ -465,7 +486,8 @@ static int bench_allreduce(int argc, char **argv)
                 printf("; busbw at %s is %.0f%% of it", sz, 100 * last / rep->stream_gbps);
             if (rep->stream_cpu_s > 0)
                 printf("\n  CPU: %.3f ms a message at both ends together, %.2f ns a byte",
-                       rep->stream_cpu_s * 1e3, rep->stream_cpu_s * 1e9 / (double)rep->stream_bytes);
+                       rep->stream_cpu_s * 1e3,
+                       rep->stream_cpu_s * 1e9 / (double)rep->stream_bytes);
             printf("\n");
         }
     }

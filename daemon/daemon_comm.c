@@ -14,6 +14,7 @@
 #include "core/crc32c.h"
 #include "core/log.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #define BENCH_WAIT_INTERVAL_MS 20
 #define COLL_TIMEOUT_MS        60000
 #define MAX_ROWS               64
+#define MAX_WARMUP             100000
 
 typedef struct bench_job {
     dt_daemon_comm *d;
@@ -135,6 +137,37 @@ static dt_comm_wire parse_wire(const char *w)
     return DT_COMM_F32;
 }
 
+/* One untimed call: an all-reduce of n floats, or (bcast) a broadcast of n bytes from rank 0. */
+static dt_status bench_call(dt_comm *c, int bcast, void *b, size_t n, dt_comm_wire wire,
+                            dt_err *err)
+{
+    if (bcast)
+        return dt_comm_broadcast(c, b, n, 0, COLL_TIMEOUT_MS, err);
+    return dt_comm_allreduce(c, b, n, DT_COMM_SUM, wire, COLL_TIMEOUT_MS, err);
+}
+
+/* W calls, then as many more as fill warmup_s at the pace of those: every rank must make the
+ * same number, so the count each rank works out is averaged across them (one all-reduce). */
+static dt_status warm_up(dt_comm *c, int bcast, void *b, size_t n, dt_comm_wire wire, int calls,
+                         double warmup_s, dt_err *err)
+{
+    if (warmup_s > 0 && calls < 1)
+        calls = 1;
+    uint64_t t0 = dt_now_ns();
+    for (int i = 0; i < calls; i++)
+        DT_TRY(bench_call(c, bcast, b, n, wire, err));
+    if (warmup_s <= 0)
+        return DT_OK;
+    double spent = (double)(dt_now_ns() - t0) / 1e9, per = spent / calls;
+    float more = per > 0 && spent < warmup_s ? (float)ceil((warmup_s - spent) / per) : 0.0f;
+    if (more > MAX_WARMUP)
+        more = MAX_WARMUP;
+    DT_TRY(dt_comm_allreduce(c, &more, 1, DT_COMM_MEAN, DT_COMM_F32, COLL_TIMEOUT_MS, err));
+    for (int i = 0; i < (int)ceilf(more); i++)
+        DT_TRY(bench_call(c, bcast, b, n, wire, err));
+    return DT_OK;
+}
+
 static dt_status bench_run(bench_job *j, dt_err *err)
 {
     const Dtrain__V1__CommBenchRequest *q = j->req;
@@ -164,8 +197,7 @@ static dt_status bench_run(bench_job *j, dt_err *err)
             row->verified = st == DT_OK;
         }
         memset(b, 0, n * 4);
-        for (int i = 0; i < warm && st == DT_OK; i++)
-            st = dt_comm_allreduce(c, b, n, DT_COMM_SUM, wire, COLL_TIMEOUT_MS, err);
+        st = warm_up(c, 0, b, n, wire, warm, q->warmup_s, err);
         if (st == DT_OK)
             st = dt_comm_barrier(c, COLL_TIMEOUT_MS, err);
         uint64_t t0 = dt_now_ns(), c0 = dt_cpu_ns();
@@ -187,8 +219,7 @@ static dt_status bench_run(bench_job *j, dt_err *err)
         return dt_err_set(err, DT_ENOMEM, "bench: cannot allocate %zu bytes", maxb);
     st = open_comm(j, q->session ^ 0x5354524541ull, 2, 1, 4u << 20, &c, err);
     if (st == DT_OK) {
-        for (int i = 0; i < warm && st == DT_OK; i++)
-            st = dt_comm_broadcast(c, b, maxb, 0, COLL_TIMEOUT_MS, err);
+        st = warm_up(c, 1, b, maxb, wire, warm, q->warmup_s, err);
         if (st == DT_OK)
             st = dt_comm_barrier(c, COLL_TIMEOUT_MS, err);
         uint64_t t0 = dt_now_ns(), c0 = dt_cpu_ns();
@@ -385,6 +416,10 @@ bool dt_daemon_comm_handle_call(dt_daemon_comm *d, dt_rpc_call *call)
         bad = "chunk_bytes must be 4K to 32M";
     if (!bad && q->iters > 100000)
         bad = "iters must be at most 100000";
+    if (!bad && q->warmup > MAX_WARMUP)
+        bad = "warmup must be at most 100000";
+    if (!bad && !(q->warmup_s >= 0 && q->warmup_s <= 60)) /* NaN fails too */
+        bad = "warmup_s must be 0 to 60 seconds";
     if (!bad && q->wire && *q->wire && strcmp(q->wire, "f32") && strcmp(q->wire, "bf16") &&
         strcmp(q->wire, "f16"))
         bad = "wire must be f32, bf16 or f16";

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,16 @@ int dt_cli_int(const char *s)
     if (end == s || *end || errno || v < INT_MIN + 1 || v > INT_MAX)
         return INT_MIN;
     return (int)v;
+}
+
+double dt_cli_double(const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || isnan(v) || isinf(v))
+        return NAN;
+    return v;
 }
 
 const char *dt_cli_daemon_addr(const char *flag_addr, char *buf, size_t n)

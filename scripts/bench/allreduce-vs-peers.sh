@@ -4,7 +4,7 @@
 #
 #   scripts/bench/allreduce-vs-peers.sh [--sizes 4K,64K,1M,4M,16M,64M] [--worlds 2,3,4] [--iters N]
 #       [--net loopback|netns|both] [--rate 1gbit] [--budget S] [--rounds K] [--settle S]
-#       [--only dtrain,gloo,mpi] [--tcp-bytes SIZE] [--out DIR] [--json]
+#       [--only dtrain,gloo,mpi] [--warmup-s S] [--tcp-bytes SIZE] [--out DIR] [--json]
 #
 #   --net      loopback: every rank on 127.0.0.1; netns: each rank on its own scripts/netns-cluster.sh
 #              host (own namespace and address, egress shaped to --rate); both (default)
@@ -16,14 +16,19 @@
 #   --settle   before each run wait up to S seconds (default 30) for the CPUs to be >= 80% idle;
 #              the idle share is recorded and the table's footer gives its range
 #   --only     run only these implementations (the others print n/a)
+#   --warmup-s every implementation makes untimed calls of each size for about S seconds before
+#              timing it (default 0.5; 0: 3 calls only). Each run opens fresh TCP connections,
+#              and dtrain's reach their steady rate only after a few hundred MB (R=2, loopback,
+#              3 warm-up calls then 20 timed: 4 MB at 1.9-2.2 GB/s busbw; after 0.3 s of
+#              warm-up 3.4), while training keeps one ring for the whole job
 #   --tcp-bytes  bytes per transfer of the plain-TCP cost measurement (default 1G; see below)
 #   --out      keep every raw JSON result and log in DIR (default: a temporary directory, removed)
-#   --json     print one JSON document {"runs": [{"net","world_size","impl","round",
+#   --json     print one JSON document {"warmup_s", "runs": [{"net","world_size","impl","round",
 #              "rows"|"error"}...], "link_check_gbps": {R: Gbit/s}} (every round, raw)
 #
 # dtrain: R daemons form a cluster (loopback: scripts/local-cluster.sh; netns: one dtraind per host
 # with TF_CONFIG), then `dtrain --addr CHIEF bench allreduce --sizes .. --iters N --verify --warmup 3
-# --json` (one checked call and 3 untimed ones per size, as the peers below do). When that
+# --warmup-s S --json` (one checked call and untimed ones per size, as the peers below do). When that
 # command fails (not built yet, cluster did not form), dtrain's columns say n/a and the reason goes
 # to stderr. gloo: scripts/bench/gloo_allreduce.py, one process per rank (GLOO_SOCKET_IFNAME lo or
 # eth0). MPI: build/bench/mpi_allreduce (built from mpi_allreduce.c with mpicc) under mpirun with
@@ -62,6 +67,7 @@ ITERS=20
 NET=both
 RATE=1gbit
 BUDGET=3
+WARMUP_S=0.5
 ROUNDS=1
 SETTLE=30
 ONLY=dtrain,gloo,mpi
@@ -83,6 +89,7 @@ while (($#)); do
   --net) NET=${2:?--net needs a value}; shift 2 ;;
   --rate) RATE=${2:?--rate needs a value}; shift 2 ;;
   --budget) BUDGET=${2:?--budget needs a value}; shift 2 ;;
+  --warmup-s) WARMUP_S=${2:?--warmup-s needs a value}; shift 2 ;;
   --rounds) ROUNDS=${2:?--rounds needs a value}; shift 2 ;;
   --settle) SETTLE=${2:?--settle needs a value}; shift 2 ;;
   --only) ONLY=${2:?--only needs a value}; shift 2 ;;
@@ -97,6 +104,8 @@ done
 [[ $WORLDS =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--worlds '$WORLDS': use e.g. 2,3,4"
 [[ $ITERS =~ ^[1-9][0-9]*$ ]] || die "--iters '$ITERS' must be a positive integer"
 [[ $SETTLE =~ ^[0-9]+$ ]] || die "--settle '$SETTLE' must be whole seconds"
+[[ $WARMUP_S =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v s="$WARMUP_S" 'BEGIN { exit !(s <= 60) }' ||
+  die "--warmup-s '$WARMUP_S' must be 0 to 60 seconds"
 [[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || die "--rounds '$ROUNDS' must be 1..99"
 [[ $BUDGET =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--budget '$BUDGET' must be seconds"
 [[ $TCP_BYTES =~ ^[1-9][0-9]*[KMG]?$ ]] || die "--tcp-bytes '$TCP_BYTES': use e.g. 64M or 1G"
@@ -128,7 +137,7 @@ if wants mpi; then
   if command -v mpirun >/dev/null && command -v mpicc >/dev/null; then
     mkdir -p build/bench
     if [[ ! -x build/bench/mpi_allreduce || scripts/bench/mpi_allreduce.c -nt build/bench/mpi_allreduce ]]; then
-      mpicc -O2 -std=c11 -Wall -Wextra -o build/bench/mpi_allreduce scripts/bench/mpi_allreduce.c ||
+      mpicc -O2 -std=c11 -Wall -Wextra -o build/bench/mpi_allreduce scripts/bench/mpi_allreduce.c -lm ||
         die "mpicc failed on scripts/bench/mpi_allreduce.c"
     fi
     HAVE_MPI=1
@@ -148,7 +157,7 @@ run_dtrain() {
   local net=$1 r=$2 out=$3 dir=$WORK/dtrain-$1-$2
   ((DT_UP)) || return 1
   pb_on_host "$net" 0 timeout -k 5 "$RUN_TIMEOUT" "$BIN_DIR/dtrain" --addr "$CL_ADDR" \
-    --token-file "$CL_TOKEN" bench allreduce --sizes "$SIZES" --iters "$ITERS" --verify --warmup 3 --json \
+    --token-file "$CL_TOKEN" bench allreduce --sizes "$SIZES" --iters "$ITERS" --verify --warmup 3 --warmup-s "$WARMUP_S" --json \
     >"$out" 2>"$dir/bench.err" </dev/null || {
     note "dtrain ($net, R=$r): $(head -c 300 "$dir/bench.err" | tr '\n' ' ')"
     return 1
@@ -166,7 +175,8 @@ run_gloo() {
   for ((i = 0; i < r; i++)); do
     pb_on_host "$net" "$i" timeout -k 5 "$RUN_TIMEOUT" "$PY" "$ROOT/scripts/bench/gloo_allreduce.py" \
       --rank "$i" --world "$r" --master "$master" --iface "$iface" --sizes "$SIZES" \
-      --iters "$ITERS" --budget "$BUDGET" --json >"$dir/rank$i.out" 2>"$dir/rank$i.err" </dev/null &
+      --iters "$ITERS" --budget "$BUDGET" --warmup-s "$WARMUP_S" --json >"$dir/rank$i.out" \
+      2>"$dir/rank$i.err" </dev/null &
     pids+=($!)
     PIDS+=($!)
   done
@@ -184,7 +194,8 @@ run_mpi() {
   mkdir -p "$dir"
   pb_mpi_args "$net" "$r" "$dir"
   pb_on_host "$net" 0 timeout -k 5 "$RUN_TIMEOUT" mpirun "${PB_MPI_ARGS[@]}" \
-    "$ROOT/build/bench/mpi_allreduce" --sizes "$SIZES" --iters "$ITERS" --budget "$BUDGET" --json \
+    "$ROOT/build/bench/mpi_allreduce" --sizes "$SIZES" --iters "$ITERS" --budget "$BUDGET" \
+    --warmup-s "$WARMUP_S" --json \
     >"$out" 2>"$dir/mpirun.err" </dev/null || {
     note "MPI ($net, R=$r) failed: $(grep -v '^$' "$dir/mpirun.err" | head -n 3 | tr '\n' ' ')"
     return 1
@@ -255,7 +266,7 @@ for net in "${NETS[@]}"; do
 done
 
 # ---- the report ----------------------------------------------------------------------------
-"$PY" - "$RESULTS" "$JSON" "$RATE" "$(nproc)" "$TCP_COST" <<'EOF'
+"$PY" - "$RESULTS" "$JSON" "$RATE" "$(nproc)" "$TCP_COST" "$WARMUP_S" <<'EOF'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 tcp = json.load(open(sys.argv[5])) if sys.argv[5] != "-" else None
@@ -263,8 +274,8 @@ links = {r["world_size"]: r["gbps"] for r in runs if r["impl"] == "link"}
 runs = [r for r in runs if r["impl"] != "link"]
 as_json, rate, ncpu = sys.argv[2] == "1", sys.argv[3], sys.argv[4]
 if as_json:
-    print(json.dumps({"rate": rate, "cpus": int(ncpu), "link_check_gbps": links, "tcp_cost": tcp,
-                      "runs": runs}))
+    print(json.dumps({"rate": rate, "cpus": int(ncpu), "warmup_s": float(sys.argv[6]),
+                      "link_check_gbps": links, "tcp_cost": tcp, "runs": runs}))
     sys.exit(0)
 units = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 link_gbps = next((float(rate[:-len(u)]) * units[u] / 1e9 for u in ("kbit", "mbit", "gbit", "bit")
@@ -286,7 +297,8 @@ def cell(v, f="%.3f"):
 def ratio(a, b):
     return "%.2fx" % (a / b) if a is not None and b else "n/a"
 keys = sorted({(r["net"], r["world_size"]) for r in runs}, key=lambda k: (k[0] != "loopback", k[1]))
-print("# all-reduce, float32 sum: bus bandwidth in GB/s (busbw = algbw * 2(R-1)/R); %s CPUs" % ncpu)
+print("# all-reduce, float32 sum: bus bandwidth in GB/s (busbw = algbw * 2(R-1)/R); %s CPUs; "
+      "%s s of warm-up calls per size" % (ncpu, sys.argv[6]))
 for net, R in keys:
     rows = sorted(set().union(*(by[(net, R, i)].keys() for i in ("dtrain", "gloo", "mpi"))))
     where = "loopback (127.0.0.1)" if net == "loopback" else "netns hosts, %s egress each" % rate

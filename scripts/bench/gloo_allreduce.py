@@ -3,12 +3,14 @@
 JSON as dtrain's bench.
 
   python3 gloo_allreduce.py --rank I --world R --master ADDR:PORT [--sizes 4K,64K,1M]
-                            [--iters N] [--warmup W] [--budget S] [--iface IFACE] [--json]
+                            [--iters N] [--warmup W] [--budget S] [--warmup-s S]
+                            [--iface IFACE] [--json]
 
 One process per rank, started by the caller (scripts/bench/allreduce-vs-peers.sh starts each rank
 on its own netns host, or all on loopback). Rank 0 listens at ADDR:PORT (the TCP store).
 For each size: one call on known data (rank r holds r+1) checks the sum on every rank; W warm-up
-calls; rank 0 turns the warm-up time into an iteration count (at most N, at least 3, about S
+calls (with --warmup-s, rank 0 adds as many more as fill S seconds at their pace and broadcasts
+that count); rank 0 turns the warm-up time into an iteration count (at most N, at least 3, about S
 seconds) and broadcasts it; a barrier; that many back-to-back calls on a zero tensor (zeros stay
 zeros, so no overflow or denormals skew the timing). time_s is the mean time of one call, the
 slowest rank's; algbw = bytes / time_s, busbw = algbw * 2(R-1)/R; cpu_s is the CPU time (all
@@ -17,6 +19,7 @@ threads, user and system) of one call, the mean over ranks. Rank 0 prints.
 import argparse
 import datetime
 import json
+import math
 import os
 import sys
 import time
@@ -41,6 +44,7 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--budget", type=float, default=3.0)
+    p.add_argument("--warmup-s", type=float, default=0.0)
     p.add_argument("--iface", help="GLOO_SOCKET_IFNAME: the interface gloo's pairs use")
     p.add_argument("--timeout", type=float, default=120, help="seconds for rendezvous and each call")
     p.add_argument("--json", action="store_true")
@@ -73,7 +77,14 @@ def main():
         t0 = time.perf_counter()
         for _ in range(a.warmup):
             dist.all_reduce(t)
-        per = (time.perf_counter() - t0) / a.warmup
+        spent = time.perf_counter() - t0
+        per = spent / a.warmup
+        # --warmup-s: more untimed calls until S seconds, counted on rank 0 for every rank
+        more = torch.tensor([min(100000, math.ceil((a.warmup_s - spent) / per))
+                             if per > 0 and spent < a.warmup_s else 0])
+        dist.broadcast(more, 0)
+        for _ in range(int(more.item())):
+            dist.all_reduce(t)
         it = torch.tensor([max(3, min(a.iters, int(a.budget / per) if per > 0 else a.iters))])
         dist.broadcast(it, 0)
         it = int(it.item())

@@ -2,19 +2,21 @@
  * timed the way nccl-tests times them, printing the same JSON as dtrain's bench.
  *
  *   mpirun -np R build/bench/mpi_allreduce [--sizes 4K,64K,1M] [--iters N] [--warmup W]
- *                                          [--budget S] [--json]
+ *                                          [--budget S] [--warmup-s S] [--json]
  *
- * For each size: W warm-up calls, then rank 0 turns the warm-up time into an iteration count
+ * For each size: W warm-up calls (with --warmup-s, rank 0 adds as many more as fill S seconds at
+ * their pace and broadcasts that count), then rank 0 turns the warm-up time into an iteration count
  * (at most N, at least 3, about S seconds in all) and broadcasts it, so a 64 MB size on a slow
  * link does not take minutes; then a barrier and that many back-to-back calls. time_s is the mean
  * time of one call, the slowest rank's (MPI_MAX), algbw = bytes / time_s, busbw = algbw * 2(R-1)/R.
  * cpu_s is the CPU time (every thread, user and system) of one call, the mean over ranks.
  * Before timing, one call on known data (rank r sends r+1 everywhere) checks the sum on every rank.
  * Rank 0 prints; the other ranks print nothing. Exit 1 on a wrong sum, 2 on bad arguments.
- * Build: mpicc -O2 -std=c11 -o build/bench/mpi_allreduce scripts/bench/mpi_allreduce.c */
+ * Build: mpicc -O2 -std=c11 -o build/bench/mpi_allreduce scripts/bench/mpi_allreduce.c -lm */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +62,7 @@ static int usage(int rank)
 {
     if (rank == 0)
         fprintf(stderr, "usage: mpi_allreduce [--sizes 4K,64K,1M,...] [--iters N] [--warmup W] "
-                        "[--budget SECONDS] [--json]\n");
+                        "[--budget SECONDS] [--warmup-s SECONDS] [--json]\n");
     return 2;
 }
 
@@ -73,7 +75,7 @@ int main(int argc, char **argv)
 
     size_t sizes[MAX_SIZES];
     int nsizes = 0, iters = 20, warmup = 3, json = 0, rc = 0;
-    double budget = 3.0;
+    double budget = 3.0, warmup_s = 0;
     const char *size_list = "4K,64K,1M,4M,16M,64M";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -93,6 +95,8 @@ int main(int argc, char **argv)
             warmup = atoi(v);
         else if (!strcmp(a, "--budget"))
             budget = atof(v);
+        else if (!strcmp(a, "--warmup-s"))
+            warmup_s = atof(v);
         else {
             rc = usage(rank);
             break;
@@ -115,7 +119,7 @@ int main(int argc, char **argv)
         }
     }
     free(list);
-    if (!rc && (iters < 1 || warmup < 1 || budget <= 0))
+    if (!rc && (iters < 1 || warmup < 1 || budget <= 0 || !(warmup_s >= 0 && warmup_s <= 60)))
         rc = usage(rank);
     if (rc) {
         MPI_Finalize();
@@ -151,7 +155,13 @@ int main(int argc, char **argv)
         double t0 = MPI_Wtime();
         for (int i = 0; i < warmup; i++)
             MPI_Allreduce(send, recv, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        double per = (MPI_Wtime() - t0) / warmup;
+        double spent = MPI_Wtime() - t0, per = spent / warmup;
+        /* --warmup-s: more untimed calls until S seconds, counted on rank 0 for all */
+        int more = per > 0 && spent < warmup_s ? (int)ceil((warmup_s - spent) / per) : 0;
+        more = more > 100000 ? 100000 : more;
+        MPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        for (int i = 0; i < more; i++)
+            MPI_Allreduce(send, recv, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         int it = per > 0 ? (int)(budget / per) : iters;
         it = it > iters ? iters : it < 3 ? 3 : it;
         MPI_Bcast(&it, 1, MPI_INT, 0, MPI_COMM_WORLD);

@@ -17,7 +17,7 @@ export DT_NETNS_PREFIX=dtt$$ DT_NETNS_SUBNET=10.78.$(($$ % 250))
 dt_on_exit "'$DT_NETNS' down >/dev/null 2>&1"
 
 # --- bad options are refused before anything starts ---
-for bad in "--sizes 3K,x" "--worlds 1" "--net wan" "--iters 0" "--tcp-bytes 0" "--tcp-bytes 1T" "--bogus"; do
+for bad in "--sizes 3K,x" "--worlds 1" "--net wan" "--iters 0" "--tcp-bytes 0" "--tcp-bytes 1T" "--warmup-s 61" "--warmup-s x" "--bogus"; do
   # shellcheck disable=SC2086  # $bad is several words
   if "$B/allreduce-vs-peers.sh" $bad >"$DT_TEST_TMP/bad.out" 2>&1; then dt_fail "allreduce-vs-peers.sh $bad succeeded"; fi
 done
@@ -28,11 +28,12 @@ dt_assert_contains "$DT_TEST_TMP/bad.out" "does not split evenly" "uneven batch 
 
 # --- all-reduce on loopback: the table, with the raw results kept (--out) ---
 t0=$(dt__now_ms)
-"$B/allreduce-vs-peers.sh" --sizes 4K --worlds 2 --iters 2 --budget 0.1 --settle 0 --tcp-bytes 16M --net loopback --out "$DT_TEST_TMP/ar" \
+"$B/allreduce-vs-peers.sh" --sizes 4K --worlds 2 --iters 2 --budget 0.1 --warmup-s 0.05 --settle 0 --tcp-bytes 16M --net loopback --out "$DT_TEST_TMP/ar" \
   >"$DT_TEST_TMP/ar.txt" 2>"$DT_TEST_TMP/ar.err" || { cat "$DT_TEST_TMP/ar.err" >&2; dt_fail "allreduce-vs-peers.sh failed"; }
 echo "allreduce-vs-peers.sh --net loopback: $(($(dt__now_ms) - t0)) ms"
 cat "$DT_TEST_TMP/ar.txt"
 dt_assert_contains "$DT_TEST_TMP/ar.txt" "^## loopback \(127.0.0.1\), R=2$" "loopback table"
+dt_assert_contains "$DT_TEST_TMP/ar.txt" "; 0.05 s of warm-up calls per size$" "the warm-up in the header"
 # size, dtrain (a figure or n/a), gloo and MPI figures, two ratios
 dt_assert_contains "$DT_TEST_TMP/ar.txt" '^4KB +(n/a|[0-9.]+) +[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+ +(n/a|[0-9.]+x) +(n/a|[0-9.]+x)$' "4KB row"
 dt_assert_contains "$DT_TEST_TMP/ar.txt" '^CPU per rank, ms a call: 4KB (n/a|[0-9.]+)/[0-9]+\.[0-9]+/[0-9]+\.[0-9]+ \(dtrain/gloo/MPI\)$' "CPU line"
@@ -53,13 +54,13 @@ dt_assert_contains "$DT_TEST_TMP/tcp.txt" "^1048576 +[0-9]+\.[0-9]+ +[0-9]+\.[0-
 if [[ $(id -u) -eq 0 ]]; then
   net=netns
   t0=$(dt__now_ms)
-  "$B/allreduce-vs-peers.sh" --sizes 4K,8K --worlds 2 --iters 2 --budget 0.1 --settle 0 --tcp-bytes 16M --net netns --only mpi --json \
+  "$B/allreduce-vs-peers.sh" --sizes 4K,8K --worlds 2 --iters 2 --budget 0.1 --warmup-s 0 --settle 0 --tcp-bytes 16M --net netns --only mpi --json \
     >"$DT_TEST_TMP/ar.json" 2>"$DT_TEST_TMP/ar-json.err" || { cat "$DT_TEST_TMP/ar-json.err" >&2; dt_fail "allreduce-vs-peers.sh --net netns --json failed"; }
   echo "allreduce-vs-peers.sh --net netns --only mpi: $(($(dt__now_ms) - t0)) ms"
 else
   net=loopback
   echo "not root: the netns run is left out"
-  "$B/allreduce-vs-peers.sh" --sizes 4K,8K --worlds 2 --iters 2 --budget 0.1 --settle 0 --tcp-bytes 16M --net loopback --only mpi --json \
+  "$B/allreduce-vs-peers.sh" --sizes 4K,8K --worlds 2 --iters 2 --budget 0.1 --warmup-s 0 --settle 0 --tcp-bytes 16M --net loopback --only mpi --json \
     >"$DT_TEST_TMP/ar.json" 2>"$DT_TEST_TMP/ar-json.err" || dt_fail "allreduce-vs-peers.sh --json failed"
 fi
 "$PY" - "$DT_TEST_TMP/ar.json" "$DT_TEST_TMP/ar/results.jsonl" "$net" <<'EOF' || dt_fail "allreduce-vs-peers.sh: wrong results"
@@ -67,6 +68,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 net = sys.argv[3]
 runs = {r["impl"]: r for r in d["runs"]}
+assert d["warmup_s"] == 0, d["warmup_s"]
 assert set(runs) == {"dtrain", "gloo", "mpi"}, runs
 assert all(r["net"] == net and r["world_size"] == 2 for r in d["runs"]), d["runs"]
 assert "error" in runs["dtrain"] and "error" in runs["gloo"], "ran despite --only mpi"

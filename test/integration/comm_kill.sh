@@ -13,7 +13,7 @@ for i in 0 1 2; do dt_wait_file "$DT_TEST_TMP/w$i.ready" --timeout 20 || dt_fail
 bench() { "$DT_BIN_DIR/dtrain" bench allreduce --addr "${addrs[0]}" "$@"; }
 
 # 0. bad input is refused (exit 2) with the option named.
-for bad in "--sizes 4X" "--sizes ," "--wire f64" "--iters 0" "--streams 99"; do
+for bad in "--sizes 4X" "--sizes ," "--wire f64" "--iters 0" "--streams 99" "--warmup-s 61" "--warmup-s -1" "--warmup-s 0.5s" "--warmup-s nan"; do
   # shellcheck disable=SC2086
   if bench $bad >"$DT_TEST_TMP/bad" 2>&1; then dt_fail "bench $bad was accepted"; else rc=$?; fi
   dt_assert_eq "$rc" 2 "exit status of bench $bad"
@@ -29,6 +29,15 @@ dt_json_get rows.5.busbw_GBps "$DT_TEST_TMP/v.json" >/dev/null || dt_fail "no bu
 # The daemons' CPU per all-reduce: a 4 MB one moves megabytes through the kernel on every rank.
 cpu=$(dt_json_get rows.5.cpu_s "$DT_TEST_TMP/v.json") || dt_fail "no cpu_s"
 python3 -c "import sys; c = float(sys.argv[1]); sys.exit(not 1e-5 < c < 10)" "$cpu" || dt_fail "cpu_s $cpu for 4 MB"
+# --warmup-s: every rank agrees on how many untimed calls fill the time (a disagreement would
+# leave one rank waiting in a collective the others never make, and time out).
+t0=$(dt__now_ms)
+bench --verify --sizes 64K,1M --iters 2 --warmup 1 --warmup-s 0.3 --json >"$DT_TEST_TMP/w.json" || dt_fail "bench --warmup-s failed"
+ms=$(($(dt__now_ms) - t0))
+echo "bench --warmup-s 0.3, 2 sizes and the raw stream: $ms ms"
+((ms >= 900)) || dt_fail "--warmup-s 0.3 over 2 sizes and the raw stream took only $ms ms"
+dt_assert_eq "$(dt_json_get warmup_s "$DT_TEST_TMP/w.json")" 0.3 "warmup_s in the JSON"
+dt_assert_eq "$(dt_json_get rows.1.verified "$DT_TEST_TMP/w.json")" true "rows.1.verified after a timed warm-up"
 bench --verify --wire bf16 --sizes 1M --iters 1 --no-stream >"$DT_TEST_TMP/bf16.txt" || dt_fail "bf16 verify failed"
 dt_assert_contains "$DT_TEST_TMP/bf16.txt" "yes" "bf16 verified"
 dt_assert_contains "$DT_TEST_TMP/bf16.txt" "cpu/rank\(ms\)  verified$" "the table's CPU column"
