@@ -146,25 +146,31 @@ static dt_status bench_call(dt_comm *c, int bcast, void *b, size_t n, dt_comm_wi
     return dt_comm_allreduce(c, b, n, DT_COMM_SUM, wire, COLL_TIMEOUT_MS, err);
 }
 
-/* W calls, then as many more as fill warmup_s at the pace of those: every rank must make the
- * same number, so the count each rank works out is averaged across them (one all-reduce). */
+/* W calls, then more until every rank has spent warmup_s: each round sizes its batch by the pace
+ * of the previous one (the first calls on fresh connections are the slow ones), and the ranks
+ * average their counts (one all-reduce), so all make the same calls and stop together, when
+ * none wants more. */
 static dt_status warm_up(dt_comm *c, int bcast, void *b, size_t n, dt_comm_wire wire, int calls,
                          double warmup_s, dt_err *err)
 {
     if (warmup_s > 0 && calls < 1)
         calls = 1;
-    uint64_t t0 = dt_now_ns();
+    uint64_t t0 = dt_now_ns(), tb = t0;
     for (int i = 0; i < calls; i++)
         DT_TRY(bench_call(c, bcast, b, n, wire, err));
-    if (warmup_s <= 0)
-        return DT_OK;
-    double spent = (double)(dt_now_ns() - t0) / 1e9, per = spent / calls;
-    float more = per > 0 && spent < warmup_s ? (float)ceil((warmup_s - spent) / per) : 0.0f;
-    if (more > MAX_WARMUP)
-        more = MAX_WARMUP;
-    DT_TRY(dt_comm_allreduce(c, &more, 1, DT_COMM_MEAN, DT_COMM_F32, COLL_TIMEOUT_MS, err));
-    for (int i = 0; i < (int)ceilf(more); i++)
-        DT_TRY(bench_call(c, bcast, b, n, wire, err));
+    for (int batch = calls; warmup_s > 0 && batch > 0;) {
+        uint64_t now = dt_now_ns();
+        double spent = (double)(now - t0) / 1e9, per = (double)(now - tb) / 1e9 / batch;
+        float more =
+            spent < warmup_s ? (float)ceil((warmup_s - spent) / (per > 0 ? per : 1e-6)) : 0.0f;
+        if (more > MAX_WARMUP)
+            more = MAX_WARMUP;
+        DT_TRY(dt_comm_allreduce(c, &more, 1, DT_COMM_MEAN, DT_COMM_F32, COLL_TIMEOUT_MS, err));
+        batch = (int)ceilf(more);
+        tb = dt_now_ns();
+        for (int i = 0; i < batch; i++)
+            DT_TRY(bench_call(c, bcast, b, n, wire, err));
+    }
     return DT_OK;
 }
 

@@ -127,7 +127,13 @@ def main():
         else:
             print("DDP gloo R=%d, global batch %d, compression %s: %.1f samples/s, %.3f ms/step, loss %.4f" % (
                 a.world, a.global_batch, a.compression, out["samples_per_s"], step_s * 1e3, loss))
-    dist.destroy_process_group()
+    # No destroy_process_group(): in torch 1.13 it can deadlock (the main thread joins a gloo
+    # worker that waits for the GIL the main thread holds; seen once in ~10 runs, rank 0 hung
+    # after printing). Every rank passes a last barrier, so no peer still needs this one.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

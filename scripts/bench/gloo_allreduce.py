@@ -77,14 +77,22 @@ def main():
         t0 = time.perf_counter()
         for _ in range(a.warmup):
             dist.all_reduce(t)
-        spent = time.perf_counter() - t0
-        per = spent / a.warmup
-        # --warmup-s: more untimed calls until S seconds, counted on rank 0 for every rank
-        more = torch.tensor([min(100000, math.ceil((a.warmup_s - spent) / per))
-                             if per > 0 and spent < a.warmup_s else 0])
-        dist.broadcast(more, 0)
-        for _ in range(int(more.item())):
-            dist.all_reduce(t)
+        per = (time.perf_counter() - t0) / a.warmup
+        # --warmup-s: more untimed calls until S seconds, in batches sized by the previous
+        # batch's pace (the first calls are the slow ones), counted on rank 0 for every rank
+        tb, batch = t0, a.warmup
+        while True:
+            now = time.perf_counter()
+            spent, pace = now - t0, max((now - tb) / batch, 1e-6)
+            more = torch.tensor([min(100000, math.ceil((a.warmup_s - spent) / pace))
+                                 if spent < a.warmup_s else 0])
+            dist.broadcast(more, 0)
+            batch = int(more.item())
+            if batch <= 0:
+                break
+            tb = time.perf_counter()
+            for _ in range(batch):
+                dist.all_reduce(t)
         it = torch.tensor([max(3, min(a.iters, int(a.budget / per) if per > 0 else a.iters))])
         dist.broadcast(it, 0)
         it = int(it.item())
@@ -107,8 +115,12 @@ def main():
                                                           row["cpu_s"] * 1e6), flush=True)
     if a.rank == 0 and a.json:
         print(json.dumps({"world_size": R, "torch": torch.__version__, "rows": rows}))
-    dist.destroy_process_group()
-    return rc
+    # No destroy_process_group(): it can deadlock in torch 1.13 (see ddp_train.py); a last
+    # barrier, so no peer still needs this rank.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 if __name__ == "__main__":

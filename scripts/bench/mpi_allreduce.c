@@ -152,16 +152,21 @@ int main(int argc, char **argv)
                 fprintf(stderr, "mpi_allreduce: wrong sum at %zu bytes\n", sizes[s]);
             rc = 1;
         }
-        double t0 = MPI_Wtime();
+        double t0 = MPI_Wtime(), tb = t0;
         for (int i = 0; i < warmup; i++)
             MPI_Allreduce(send, recv, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        double spent = MPI_Wtime() - t0, per = spent / warmup;
-        /* --warmup-s: more untimed calls until S seconds, counted on rank 0 for all */
-        int more = per > 0 && spent < warmup_s ? (int)ceil((warmup_s - spent) / per) : 0;
-        more = more > 100000 ? 100000 : more;
-        MPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        for (int i = 0; i < more; i++)
-            MPI_Allreduce(send, recv, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        double per = (MPI_Wtime() - t0) / warmup;
+        /* --warmup-s: more untimed calls until S seconds, in batches sized by the previous
+         * batch's pace (the first calls are the slow ones), counted on rank 0 for all */
+        for (int batch = warmup, more = 1; more > 0; batch = more) {
+            double now = MPI_Wtime(), spent = now - t0, pace = (now - tb) / batch;
+            more = spent < warmup_s ? (int)ceil((warmup_s - spent) / (pace > 0 ? pace : 1e-6)) : 0;
+            more = more > 100000 ? 100000 : more;
+            MPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            tb = MPI_Wtime();
+            for (int i = 0; i < more; i++)
+                MPI_Allreduce(send, recv, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        }
         int it = per > 0 ? (int)(budget / per) : iters;
         it = it > iters ? iters : it < 3 ? 3 : it;
         MPI_Bcast(&it, 1, MPI_INT, 0, MPI_COMM_WORLD);

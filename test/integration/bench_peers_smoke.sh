@@ -14,6 +14,8 @@ dt_require_cmd mpirun mpicc
 B=$DT_SRC_DIR/scripts/bench
 # Private namespaces, of the name lib.sh sweeps if this test is SIGKILLed.
 export DT_NETNS_PREFIX=dtt$$ DT_NETNS_SUBNET=10.78.$(($$ % 250))
+# A stuck peer process fails its run after 60 s (the scripts' default is 300), inside the watchdog.
+export DT_BENCH_RUN_TIMEOUT=60
 dt_on_exit "'$DT_NETNS' down >/dev/null 2>&1"
 
 # --- bad options are refused before anything starts ---
