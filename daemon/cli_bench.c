@@ -78,8 +78,9 @@ static void usage(FILE *f)
            "  wire); --bucket-mb and --first-bucket-mb its fusion buckets (defaults 25 and 1).\n"
            "allreduce: on the formed cluster, each size W untimed calls (default 1), then N\n"
            "  timed ones (default 5) on every rank; --warmup-s S adds untimed calls until S\n"
-           "  seconds have passed (the ring's fresh TCP connections take a few hundred MB of\n"
-           "  traffic to reach their steady rate; training keeps its ring for the whole job).\n"
+           "  seconds have passed (default 0.3: the ring's fresh TCP connections take a few\n"
+           "  hundred MB of traffic to reach their steady rate, and training keeps its ring\n"
+           "  for the whole job; 0: only the W calls).\n"
            "  --json prints {\"world_size\", \"wire\", \"iters\", \"warmup_s\", \"rows\": "
            "[{\"bytes\",\n"
            "  \"time_s\", \"algbw_GBps\", \"busbw_GBps\", \"cpu_s\"}], \"stream_GBps\", ...}.\n");
@@ -333,7 +334,7 @@ static int bench_allreduce(int argc, char **argv)
     parse_sizes("4K,64K,1M,4M,16M,64M", sizes, 64, &nsizes);
     const char *wire = "f32", *addr_flag = NULL, *token_file = getenv("DTRAIN_TOKEN_FILE");
     int iters = 5, warmup = 1, streams = 0, verify = 0, raw = 1, json = 0, c;
-    double timeout_s = 1800, warmup_s = 0;
+    double timeout_s = 1800, warmup_s = 0.3;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
