@@ -9,8 +9,8 @@ JSON as dtrain's bench.
 One process per rank, started by the caller (scripts/bench/allreduce-vs-peers.sh starts each rank
 on its own netns host, or all on loopback). Rank 0 listens at ADDR:PORT (the TCP store).
 For each size: one call on known data (rank r holds r+1) checks the sum on every rank; W warm-up
-calls (with --warmup-s, rank 0 adds as many more as fill S seconds at their pace and broadcasts
-that count); rank 0 turns the warm-up time into an iteration count (at most N, at least 3, about S
+calls (with --warmup-s, more until S seconds have passed, in batches rank 0 sizes by the previous
+batch's pace and broadcasts); rank 0 turns the warm-up time into an iteration count (at most N, at least 3, about S
 seconds) and broadcasts it; a barrier; that many back-to-back calls on a zero tensor (zeros stay
 zeros, so no overflow or denormals skew the timing). time_s is the mean time of one call, the
 slowest rank's; algbw = bytes / time_s, busbw = algbw * 2(R-1)/R; cpu_s is the CPU time (all

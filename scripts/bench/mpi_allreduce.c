@@ -4,11 +4,12 @@
  *   mpirun -np R build/bench/mpi_allreduce [--sizes 4K,64K,1M] [--iters N] [--warmup W]
  *                                          [--budget S] [--warmup-s S] [--json]
  *
- * For each size: W warm-up calls (with --warmup-s, rank 0 adds as many more as fill S seconds at
- * their pace and broadcasts that count), then rank 0 turns the warm-up time into an iteration count
- * (at most N, at least 3, about S seconds in all) and broadcasts it, so a 64 MB size on a slow
- * link does not take minutes; then a barrier and that many back-to-back calls. time_s is the mean
- * time of one call, the slowest rank's (MPI_MAX), algbw = bytes / time_s, busbw = algbw * 2(R-1)/R.
+ * For each size: W warm-up calls (with --warmup-s, more until S seconds have passed, in batches
+ * rank 0 sizes by the previous batch's pace and broadcasts), then rank 0 turns the warm-up time
+ * into an iteration count (at most N, at least 3, about S seconds in all) and broadcasts it, so a
+ * 64 MB size on a slow link does not take minutes; then a barrier and that many back-to-back
+ * calls. time_s is the mean time of one call, the slowest rank's (MPI_MAX), algbw = bytes /
+ * time_s, busbw = algbw * 2(R-1)/R.
  * cpu_s is the CPU time (every thread, user and system) of one call, the mean over ranks.
  * Before timing, one call on known data (rank r sends r+1 everywhere) checks the sum on every rank.
  * Rank 0 prints; the other ranks print nothing. Exit 1 on a wrong sum, 2 on bad arguments.
