@@ -25,9 +25,10 @@
  *
  * Algorithm (all-reduce): reduce-scatter then all-gather in rank order, 2(R-1) steps. Segments
  * of n/R floats are split into chunks (at most DT_COMM_CHUNK bytes, and small enough that each
- * stream carries one per step, down to 512 KiB); chunk m goes on stream m % DT_COMM_STREAMS, so
- * several chunks are in flight per neighbour, and a chunk is forwarded as soon as it is reduced
- * (send, receive and reduce overlap). Each segment is summed along one
+ * stream carries one per step, down to 512 KiB); chunk m goes on stream m % DT_COMM_STREAMS and
+ * a chunk is forwarded as soon as it is reduced (send, receive and reduce overlap). A rank sends
+ * chunk m only once it has received m chunks, so about one chunk per link is in flight and the
+ * bytes are still in cache when they are reduced. Each segment is summed along one
  * chain and then copied everywhere, so every rank ends with the same bits; with a 16-bit wire
  * the owner rounds its segment through the wire format too. MEAN divides once, at the owner.
  *
@@ -60,8 +61,8 @@
 #include <stdint.h>
 
 #define DT_COMM_METHOD  "/dtrain.v1.Comm/Ring"
-#define DT_COMM_STREAMS 4          /* streams per neighbour (default) */
-#define DT_COMM_CHUNK   (1u << 20) /* bytes per message, at most */
+#define DT_COMM_STREAMS 4            /* streams per neighbour (default) */
+#define DT_COMM_CHUNK   (512u << 10) /* bytes per message, at most (see ring.c) */
 
 typedef struct dt_comm_hub dt_comm_hub;
 typedef struct dt_comm dt_comm;

@@ -71,16 +71,17 @@ grpc_channel_args *dt__rpc_args_new(int server)
     v[n++].value.integer = (int)DT_MAX_RPC_MSG;
     v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
     v[n++].value.integer = (int)DT_MAX_RPC_MSG;
-    /* No BDP probing: its pings and window changes cost wake-ups on every burst. Measured on
-     * loopback, R = 2: 16 MB all-reduce 11.6-12.5 -> 6.0-7.4 ms; the first 20 after connecting
-     * 0.61 -> 0.27 s; 1 Gbit/s netns links unchanged (94%). The price: without it gRPC keeps
-     * the connection's window at 64 KiB plus what pending reads need, so each message sends
-     * 64 KiB, then waits one round trip for the WINDOW_UPDATE its header triggers (strace: a
-     * 26-byte write per message). With probing that wait is gone but more data sits in the
-     * sockets: 1 MB 1.21 -> 1.56 GB/s busbw, yet 16 MB 2.72 -> 1.86 (CPU 5.4 -> 7.9 ms a call;
-     * 60 zero-window advertisements and 103 retransmitted segments per 200 calls against 14
-     * and 6). The stream window below stays 8 MiB, so one message never waits twice. */
-    v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_HTTP2_BDP_PROBE, v[n++].value.integer = 0;
+    /* BDP probing on (gRPC's default), stated because it decides the ring's speed. Without it
+     * gRPC keeps a connection's window at 64 KiB plus what pending reads need, so every message
+     * sends 64 KiB and then waits one round trip for the WINDOW_UPDATE that its header
+     * triggers (strace: a 26-byte write per message). Probing grows the windows instead. Alone
+     * it lets senders fill the sockets, and large all-reduces read cold memory (16 MB at R = 2:
+     * 3.1 -> 2.0 GB/s busbw); with the ring's send gate and 512 KiB messages (comm/ring.c) it
+     * wins at R = 2 (loopback, steady state, GB/s busbw, off -> on: 1 MB 2.33 -> 4.22, 4 MB
+     * 3.67 -> 3.69, 16 MB 3.38 -> 3.74, 64 MB 2.61 -> 2.99) and is within 10% either way at
+     * R = 3 and 4, where 2 CPUs are shared by 3 or 4 daemons. Across hosts the round trip is
+     * a network's, so the wait it removes is longer there. */
+    v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_HTTP2_BDP_PROBE, v[n++].value.integer = 1;
     v[n].type = GRPC_ARG_INTEGER, v[n].key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
     v[n++].value.integer = 8 << 20;
     if (server == 1) {

@@ -19,8 +19,8 @@
 #   --warmup-s every implementation makes untimed calls of each size for about S seconds before
 #              timing it (default 0.5; 0: 3 calls only). Each run opens fresh TCP connections,
 #              and dtrain's reach their steady rate only after a few hundred MB (R=2, loopback,
-#              3 warm-up calls then 20 timed: 4 MB at 1.9-2.2 GB/s busbw; after 0.3 s of
-#              warm-up 3.4), while training keeps one ring for the whole job
+#              3 warm-up calls then 20 timed: 4 MB at 2.2 GB/s busbw; after 0.5 s of warm-up
+#              3.7-3.8), while training keeps one ring for the whole job
 #   --tcp-bytes  bytes per transfer of the plain-TCP cost measurement (default 1G; see below)
 #   --out      keep every raw JSON result and log in DIR (default: a temporary directory, removed)
 #   --json     print one JSON document {"warmup_s", "runs": [{"net","world_size","impl","round",
