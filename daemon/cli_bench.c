@@ -4,8 +4,8 @@
  * random data and prints samples/s, the step time and how much of it the GEMMs take; with
  * --workers R or --addr it trains on a formed cluster instead (cli_bench_train.c).
  *   dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]
- *                          [--warmup-s S] [--wire f32|bf16|f16] [--streams K] [--verify]
- *                          [--no-stream] [--json]
+ *                          [--warmup-s S] [--wire f32|bf16|f16] [--streams K] [--chunk BYTES]
+ *                          [--verify] [--no-stream] [--json]
  * asks a daemon (the chief by default) to run ring all-reduces of each size on every rank of the
  * formed cluster and prints time, algbw and busbw (nccl-tests' convention), and what one raw gRPC
  * stream between two daemons carries. */
@@ -57,7 +57,8 @@ static void usage(FILE *f)
            "                         [--first-bucket-mb MB]\n"
            "       dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]\n"
            "                              [--warmup-s S] [--wire f32|bf16|f16] [--streams K]\n"
-           "                              [--verify] [--no-stream] [--timeout SEC] [--json]\n\n"
+           "                              [--chunk BYTES] [--verify] [--no-stream]\n"
+           "                              [--timeout SEC] [--json]\n\n"
            "train: one process, random data, sparse categorical cross-entropy and SGD;\n"
            "  --threads sets OpenBLAS's threads (default: the machine's setting).\n"
            "  --json prints {\"world_size\", \"batch\", \"samples_per_s\", \"step_s\", "
@@ -80,7 +81,8 @@ static void usage(FILE *f)
            "  timed ones (default 5) on every rank; --warmup-s S adds untimed calls until S\n"
            "  seconds have passed (default 0.3: the ring's fresh TCP connections take a few\n"
            "  hundred MB of traffic to reach their steady rate, and training keeps its ring\n"
-           "  for the whole job; 0: only the W calls).\n"
+           "  for the whole job; 0: only the W calls). --streams K and --chunk BYTES set the\n"
+           "  ring's streams per neighbour (default 4) and bytes per message (default 512K).\n"
            "  --json prints {\"world_size\", \"wire\", \"iters\", \"warmup_s\", \"rows\": "
            "[{\"bytes\",\n"
            "  \"time_s\", \"algbw_GBps\", \"busbw_GBps\", \"cpu_s\"}], \"stream_GBps\", ...}.\n");
