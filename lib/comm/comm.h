@@ -27,10 +27,11 @@
  * of n/R floats are split into chunks (at most DT_COMM_CHUNK bytes, and small enough that each
  * stream carries one per step, down to 512 KiB); chunk m goes on stream m % DT_COMM_STREAMS and
  * a chunk is forwarded as soon as it is reduced (send, receive and reduce overlap). A rank sends
- * chunk m only once it has received m chunks, so about one chunk per link is in flight and the
- * bytes are still in cache when they are reduced. Each segment is summed along one
- * chain and then copied everywhere, so every rank ends with the same bits; with a 16-bit wire
- * the owner rounds its segment through the wire format too. MEAN divides once, at the owner.
+ * chunk m only once it has received m - L + 1 chunks: L = 1 between ranks on one host, so the
+ * bytes are still in cache when they are reduced, and one chunk per stream across a network. Each
+ * segment is summed along one chain and then copied everywhere, so every rank ends with the same
+ * bits; with a 16-bit wire the owner rounds its segment through the wire format too. MEAN divides
+ * once, at the owner.
  *
  * Small float32 all-reduces (R buffers within 512 KiB) wait on round trips, not bytes: they
  * gather every rank's whole buffer around the ring (R - 1 steps instead of 2(R - 1)) and each

@@ -10,6 +10,7 @@
 #include "comm/comm.h"
 #include "comm/comm_internal.h"
 
+#include "config/tfconfig.h"
 #include "core/clock.h"
 #include "core/limits.h"
 #include "core/log.h"
@@ -763,15 +764,15 @@ static void send_notices(dt_comm *c, const char *reason)
     }
 }
 
-/* "host:port" names this host's loopback (127.0.0.0/8, ::1, localhost): the ranks share CPUs. */
+/* The address names this host's loopback, as the daemon's token rule reads it: the ranks share
+ * CPUs. */
 static bool is_loopback(const char *addr)
 {
-    if (strncmp(addr, "ipv4:", 5) == 0)
-        addr += 5;
-    else if (strncmp(addr, "ipv6:", 5) == 0)
-        addr += 5;
-    return strncmp(addr, "127.", 4) == 0 || strncmp(addr, "localhost:", 10) == 0 ||
-           strncmp(addr, "[::1]:", 6) == 0;
+    char host[DT_MAX_ADDRESS];
+    int port;
+    dt_err e = {0};
+    return dt_tfconfig_split_address(addr, host, sizeof host, &port, &e) == DT_OK &&
+           dt_rpc_host_is_loopback(host);
 }
 
 /* --- hub ------------------------------------------------------------------------------------- */
