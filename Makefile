@@ -60,7 +60,7 @@ PROTO_C    := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
 PROTO_H    := $(PROTO_C:.c=.h)
 LIB_SRC    := $(sort $(shell find lib -name '*.c'))
 LIB_OBJ    := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst %.c,%.o,$(PROTO_C))
-DAEMON_SRC := daemon/dtraind.c $(wildcard daemon/daemon_*.c)
+DAEMON_SRC := daemon/dtraind.c
 CLI_SRC    := daemon/dtrain.c $(wildcard daemon/cli_*.c)
 TEST_SRC   := $(sort $(wildcard test/unit/*.c))
 LIBDTRAIN  := $(BUILD)/libdtrain.a

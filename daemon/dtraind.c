@@ -9,9 +9,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/sdnotify.h"
-#include "daemon_comm.h"
-#include "daemon_eval.h"
-#include "daemon_jobs.h"
+#include "service/service.h"
 #include "nn/ops.h"
 #include "rpc/rpc.h"
 
@@ -50,9 +48,9 @@ typedef struct dt_daemon {
     char *token;
     dt_rpc_server *rpc;
     dt_cluster *cluster;
-    dt_jobs *jobs;
+    dt_service *jobs;
     char state_dir_buf[4096];
-    dt_daemon_comm *comm;
+    dt_service_bench *comm;
     uv_signal_t sigterm, sigint;
     int exit_code;
     int stopping;
@@ -386,13 +384,13 @@ static void daemon_stop(dt_daemon *d, int code)
         return;
     d->stopping = 1;
     d->exit_code = code;
-    dt_jobs_free(d->jobs);
+    dt_service_free(d->jobs);
     d->jobs = NULL;
     dt_cluster_free(d->cluster);
     d->cluster = NULL;
     dt_rpc_server_free(d->rpc);
     d->rpc = NULL;
-    dt_daemon_comm_free(d->comm);
+    dt_service_bench_free(d->comm);
     d->comm = NULL;
     uv_signal_stop(&d->sigterm);
     uv_signal_stop(&d->sigint);
@@ -449,9 +447,9 @@ static void on_call(void *ctx, dt_rpc_call *call)
     dt_daemon *d = ctx;
     if (d->cluster && dt_cluster_handle_call(d->cluster, call))
         return;
-    if (d->jobs && dt_jobs_handle_call(d->jobs, call))
+    if (d->jobs && dt_service_handle_call(d->jobs, call))
         return;
-    if (d->comm && dt_daemon_comm_handle_call(d->comm, call))
+    if (d->comm && dt_service_bench_handle_call(d->comm, call))
         return;
     char msg[256];
     snprintf(msg, sizeof msg, "%s is not served by this daemon (dtraind %s)",
@@ -510,13 +508,13 @@ static int run(dt_daemon *d)
     dt_task_name(&d->spec.self, tag, sizeof tag);
     dt_log_set_tag(tag);
     if (evaluator) {
-        dt_daemon_eval_opts eo = {.spec = &d->spec,
-                                  .token = d->token,
-                                  .data_root = d->o.data_root,
-                                  .state_dir = d->o.state_dir,
-                                  .ready_file = d->o.ready_file,
-                                  .interval_ms = (int)(d->o.eval_interval_s * 1000)};
-        return dt_daemon_eval_run(&eo);
+        dt_service_eval_opts eo = {.spec = &d->spec,
+                                   .token = d->token,
+                                   .data_root = d->o.data_root,
+                                   .state_dir = d->o.state_dir,
+                                   .ready_file = d->o.ready_file,
+                                   .interval_ms = (int)(d->o.eval_interval_s * 1000)};
+        return dt_service_eval_run(&eo);
     }
     if (d->spec.self.type != DT_TASK_CHIEF && d->spec.self.type != DT_TASK_WORKER) {
         fprintf(stderr,
@@ -527,7 +525,7 @@ static int run(dt_daemon *d)
     }
 
     uv_loop_init(&d->loop);
-    if (dt_daemon_comm_new(&d->loop, &d->spec, d->token, &d->comm, &err) != DT_OK) {
+    if (dt_service_bench_new(&d->loop, &d->spec, d->token, &d->comm, &err) != DT_OK) {
         DT_ERROR("daemon", "%s", err.msg);
         uv_loop_close(&d->loop);
         return 1;
@@ -538,10 +536,10 @@ static int run(dt_daemon *d)
                              .ctx = d,
                              .token = d->token,
                              .stream_method = DT_COMM_METHOD,
-                             .streamq = dt_comm_hub_streamq(dt_daemon_comm_hub(d->comm))};
+                             .streamq = dt_comm_hub_streamq(dt_service_bench_hub(d->comm))};
     if (dt_rpc_server_new(&so, &d->rpc, &err) != DT_OK) {
         DT_ERROR("daemon", "%s", err.msg);
-        dt_daemon_comm_free(d->comm);
+        dt_service_bench_free(d->comm);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         uv_loop_close(&d->loop);
         return err.code == DT_EINVAL ? 2 : 1; /* refused TLS files: configuration, exit 2 */
@@ -570,18 +568,18 @@ static int run(dt_daemon *d)
     if (!d->o.data_root)
         DT_WARN("daemon", "no --data-root: job specs may read any file this user can read; "
                           "give --data-root DIR to confine them");
-    dt_jobs_opts jo = {
+    dt_service_opts jo = {
         .loop = &d->loop,
         .spec = &d->spec,
         .token = d->token,
         .state_dir = d->o.state_dir,
         .data_root = d->o.data_root ? d->o.data_root : "/",
-        .comm_hub = d->comm ? dt_daemon_comm_hub(d->comm) : NULL,
+        .comm_hub = d->comm ? dt_service_bench_hub(d->comm) : NULL,
     };
     if (dt_cluster_new(&co, &d->cluster, &err) != DT_OK) {
         DT_ERROR("daemon", "%s", err.msg);
         daemon_stop(d, 1);
-    } else if ((jo.cluster = d->cluster, dt_jobs_new(&jo, &d->jobs, &err)) != DT_OK) {
+    } else if ((jo.cluster = d->cluster, dt_service_new(&jo, &d->jobs, &err)) != DT_OK) {
         DT_ERROR("daemon", "jobs: %s", err.msg);
         daemon_stop(d, 1);
     } else {

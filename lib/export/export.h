@@ -1,22 +1,15 @@
 /*
- * export.h - weights of any size through Jobs.Export: the chief serves an exported weights file
- * in pieces, clients (`dtrain export`, the evaluator task) fetch and assemble them on disk.
+ * export.h - fetching weights of any size through Jobs.Export (the client side: `dtrain export`,
+ * the evaluator task). The chief's side, which serves the pieces, is the job service's
+ * (service.h, dt_service_export_*).
  *
  * One gRPC message holds at most DT_MAX_RPC_MSG bytes, a model's weights can hold far more. A
  * chunked Export request names an offset; the reply carries [offset, offset + DT_EXPORT_CHUNK)
  * of the file, its total size and the source file on the chief. Later requests name that source
  * (the pin), so a fetch never mixes two checkpoints: a pinned source that is gone is DT_ENOENT.
  *
- * Chief side (thread pool, blocking): dt_export_open converts a weights or checkpoint file to the
- * exported safetensors once and keeps the result in cache_dir, named after the source's identity
- * (path, device, inode, size, mtime): every later piece of the same source reads that file with
- * pread. A changed source gets a new cache file (atomic rename); when one is made, only the
- * DT_EXPORT_CACHE_KEEP most recently used stay, and none idle for DT_EXPORT_CACHE_IDLE_S. Several
- * threads may open, read and convert at once: a conversion writes a unique temp file and renames
- * it.
- *
- * Client side: dt_export_fetch asks for the pieces in order on one channel, checks every reply
- * (same total, the offset asked for, no empty piece before the end, the pinned source, total under
+ * dt_export_fetch asks for the pieces in order on one channel, checks every reply (same total,
+ * the offset asked for, no empty piece before the end, the pinned source, total under
  * DT_MAX_WEIGHTS_BYTES) and writes them to a temp file next to out_path, renamed over it at the
  * end; on failure the temp file is removed and out_path is untouched. Every call has a deadline.
  */
@@ -29,27 +22,6 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-
-#define DT_EXPORT_CACHE_IDLE_S 600 /* a converted file unused this long is removed */
-#define DT_EXPORT_CACHE_KEEP   3   /* converted files kept per job (final, checkpoints) */
-
-/* --- chief side ------------------------------------------------------------------------------ */
-
-typedef struct dt_export_src {
-    int fd;        /* the converted file, read-only */
-    uint64_t size; /* its bytes */
-} dt_export_src;
-
-/* Opens the exported form of source_path (model weights only, as dt_train_export writes them),
- * converting it into cache_dir unless a cache file of the same source exists. DT_ENOENT when
- * source_path does not exist (the message names it). */
-dt_status dt_export_open(const char *source_path, const char *cache_dir, dt_export_src *out,
-                         dt_err *err);
-/* [offset, offset + max) of the file, clipped at its end, in *out (malloc'd). An offset at or past
- * the end is DT_EINVAL. */
-dt_status dt_export_read(const dt_export_src *s, uint64_t offset, size_t max, char **out,
-                         size_t *len, dt_err *err);
-void dt_export_close(dt_export_src *s);
 
 /* --- client side ----------------------------------------------------------------------------- */
 

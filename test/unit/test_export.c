@@ -5,6 +5,7 @@
 #include "core/buf.h"
 #include "core/limits.h"
 #include "export/export.h"
+#include "service/service.h"
 #include "io/safetensors.h"
 
 #include <dirent.h>
@@ -42,14 +43,14 @@ static int count_cache_files(const char *dir)
 }
 
 /* The whole converted file through pieces of `piece` bytes. */
-static char *read_pieces(const dt_export_src *s, size_t piece, size_t *len)
+static char *read_pieces(const dt_service_export_src *s, size_t piece, size_t *len)
 {
     char *all = malloc(s->size);
     dt_err err = {0};
     for (uint64_t off = 0; off < s->size;) {
         char *p;
         size_t n;
-        ASSERT_OK(dt_export_read(s, off, piece, &p, &n, &err), &err);
+        ASSERT_OK(dt_service_export_read(s, off, piece, &p, &n, &err), &err);
         ASSERT_GT(n, 0);
         ASSERT_LE(n, piece);
         memcpy(all + off, p, n);
@@ -68,8 +69,8 @@ DT_TEST(export_serve_converts_once_and_reads_pieces)
     mkdir(cache, 0755);
     write_ckpt(src, 10000, 1.0f);
     dt_err err = {0};
-    dt_export_src s;
-    ASSERT_OK(dt_export_open(src, cache, &s, &err), &err);
+    dt_service_export_src s;
+    ASSERT_OK(dt_service_export_open(src, cache, &s, &err), &err);
     ASSERT_EQ(count_cache_files(cache), 1);
     size_t len;
     char *whole = read_pieces(&s, 4096, &len);
@@ -81,10 +82,10 @@ DT_TEST(export_serve_converts_once_and_reads_pieces)
     dt_st_free(f);
     struct stat a, b;
     ASSERT_EQ(fstat(s.fd, &a), 0);
-    dt_export_close(&s);
+    dt_service_export_close(&s);
 
     /* The same source again: the same cache file, not a new conversion. */
-    ASSERT_OK(dt_export_open(src, cache, &s, &err), &err);
+    ASSERT_OK(dt_service_export_open(src, cache, &s, &err), &err);
     ASSERT_EQ(fstat(s.fd, &b), 0);
     ASSERT_EQ(a.st_ino, b.st_ino);
     size_t len2;
@@ -94,23 +95,23 @@ DT_TEST(export_serve_converts_once_and_reads_pieces)
     /* Past the end is refused and says how to go on. */
     char *p;
     size_t n;
-    ASSERT_STATUS(dt_export_read(&s, s.size, 100, &p, &n, &err), DT_EINVAL);
+    ASSERT_STATUS(dt_service_export_read(&s, s.size, 100, &p, &n, &err), DT_EINVAL);
     ASSERT_CONTAINS(err.msg, "past the end");
-    ASSERT_STATUS(dt_export_read(&s, s.size + 12345, 100, &p, &n, &err), DT_EINVAL);
-    dt_export_close(&s);
+    ASSERT_STATUS(dt_service_export_read(&s, s.size + 12345, 100, &p, &n, &err), DT_EINVAL);
+    dt_service_export_close(&s);
     free(again);
 
     /* A rewritten source gets a new cache file with its content. */
     usleep(20000);
     write_ckpt(src, 10000, 2.0f);
-    ASSERT_OK(dt_export_open(src, cache, &s, &err), &err);
+    ASSERT_OK(dt_service_export_open(src, cache, &s, &err), &err);
     ASSERT_EQ(fstat(s.fd, &b), 0);
     ASSERT_NE(a.st_ino, b.st_ino);
     ASSERT_EQ(count_cache_files(cache), 2); /* the old one is evicted only once idle */
     again = read_pieces(&s, 1 << 20, &len2);
     ASSERT_EQ(len2, len);
     ASSERT_NE(memcmp(whole, again, len), 0);
-    dt_export_close(&s);
+    dt_service_export_close(&s);
     free(again);
     free(whole);
 
@@ -119,8 +120,8 @@ DT_TEST(export_serve_converts_once_and_reads_pieces)
         char other[600];
         snprintf(other, sizeof other, "%s/ckpt-%d.safetensors", dt_test_tmpdir(), 10 + i);
         write_ckpt(other, 100, (float)i);
-        ASSERT_OK(dt_export_open(other, cache, &s, &err), &err);
-        dt_export_close(&s);
+        ASSERT_OK(dt_service_export_open(other, cache, &s, &err), &err);
+        dt_service_export_close(&s);
     }
     ASSERT_EQ(count_cache_files(cache), DT_EXPORT_CACHE_KEEP);
 }
@@ -129,12 +130,12 @@ DT_TEST(export_serve_refuses_missing_and_bad_sources)
 {
     char src[512];
     dt_err err = {0};
-    dt_export_src s;
+    dt_service_export_src s;
     snprintf(src, sizeof src, "%s/ckpt-8.safetensors", dt_test_tmpdir());
-    ASSERT_STATUS(dt_export_open(src, dt_test_tmpdir(), &s, &err), DT_ENOENT);
+    ASSERT_STATUS(dt_service_export_open(src, dt_test_tmpdir(), &s, &err), DT_ENOENT);
     ASSERT_CONTAINS(err.msg, "ckpt-8.safetensors");
     ASSERT_OK(dt_file_write_atomic(src, "not safetensors", 15, &err), &err);
-    ASSERT_TRUE(dt_export_open(src, dt_test_tmpdir(), &s, &err) != DT_OK);
+    ASSERT_TRUE(dt_service_export_open(src, dt_test_tmpdir(), &s, &err) != DT_OK);
     ASSERT_CONTAINS(err.msg, "ckpt-8.safetensors");
     ASSERT_EQ(count_cache_files(dt_test_tmpdir()), 0); /* no half-written cache file stays */
 }

@@ -2,7 +2,7 @@
  * daemon_jobs_store.c - the chief's jobs on disk: <state-dir>/jobs/ID/spec.json (as submitted)
  * and state.json (what `dtrain status` shows), both written atomically. Loaded at start-up.
  */
-#include "daemon_jobs_internal.h"
+#include "service/service_internal.h"
 
 #include "core/buf.h"
 #include "core/limits.h"
@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char *dt__job_state_name(job_state s)
+const char *dt__service_job_state_name(job_state s)
 {
     switch (s) {
     case JOB_QUEUED:
@@ -39,19 +39,20 @@ const char *dt__job_state_name(job_state s)
 static int state_from_name(const char *s, job_state *out)
 {
     for (int i = JOB_QUEUED; i <= JOB_CANCELLED; i++)
-        if (s && strcmp(s, dt__job_state_name((job_state)i)) == 0) {
+        if (s && strcmp(s, dt__service_job_state_name((job_state)i)) == 0) {
             *out = (job_state)i;
             return 1;
         }
     return 0;
 }
 
-bool dt__job_terminal(const job *jb)
+bool dt__service_job_terminal(const job *jb)
 {
     return jb->state >= JOB_SUCCEEDED;
 }
 
-dt_status dt__job_mkdirs(const char *state_dir, const char *id, char *dir, size_t n, dt_err *err)
+dt_status dt__service_job_mkdirs(const char *state_dir, const char *id, char *dir, size_t n,
+                                 dt_err *err)
 {
     char jobs[4096];
     snprintf(jobs, sizeof jobs, "%s/jobs", state_dir);
@@ -66,10 +67,10 @@ dt_status dt__job_mkdirs(const char *state_dir, const char *id, char *dir, size_
     return DT_OK;
 }
 
-dt_status dt__job_save(const char *state_dir, const job *jb, bool with_spec, dt_err *err)
+dt_status dt__service_job_save(const char *state_dir, const job *jb, bool with_spec, dt_err *err)
 {
     char dir[4096], path[4200];
-    DT_TRY(dt__job_mkdirs(state_dir, jb->id, dir, sizeof dir, err));
+    DT_TRY(dt__service_job_mkdirs(state_dir, jb->id, dir, sizeof dir, err));
     if (with_spec) {
         snprintf(path, sizeof path, "%s/spec.json", dir);
         DT_TRY(dt_file_write_atomic(path, jb->spec_json, jb->spec_len, err));
@@ -77,7 +78,7 @@ dt_status dt__job_save(const char *state_dir, const job *jb, bool with_spec, dt_
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", jb->id);
     cJSON_AddStringToObject(o, "name", jb->name);
-    cJSON_AddStringToObject(o, "state", dt__job_state_name(jb->state));
+    cJSON_AddStringToObject(o, "state", dt__service_job_state_name(jb->state));
     cJSON_AddNumberToObject(o, "epoch", jb->epoch);
     cJSON_AddNumberToObject(o, "epochs", jb->epochs);
     cJSON_AddNumberToObject(o, "step", (double)jb->step);
@@ -120,7 +121,7 @@ static void str(const cJSON *o, const char *k, char *out, size_t n)
     snprintf(out, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
 }
 
-void dt__job_log_event(const char *state_dir, const job *jb, const jevent *ev)
+void dt__service_job_log_event(const char *state_dir, const job *jb, const jevent *ev)
 {
     if (strcmp(ev->kind, "step") == 0) /* many per second; the epoch ends carry the history */
         return;
@@ -280,7 +281,7 @@ static int cmp_ids(const void *a, const void *b)
     return u < v ? -1 : u > v;
 }
 
-dt_status dt__jobs_load(const char *state_dir, job ***out, int *n, dt_err *err)
+dt_status dt__service_load(const char *state_dir, job ***out, int *n, dt_err *err)
 {
     *out = NULL;
     *n = 0;
@@ -309,7 +310,7 @@ dt_status dt__jobs_load(const char *state_dir, job ***out, int *n, dt_err *err)
             cap = cap ? cap * 2 : 16;
             job **nl = realloc(list, (size_t)cap * sizeof *nl);
             if (!nl) {
-                dt__job_free(jb);
+                dt__service_job_free(jb);
                 break;
             }
             list = nl;
@@ -324,7 +325,7 @@ dt_status dt__jobs_load(const char *state_dir, job ***out, int *n, dt_err *err)
     return DT_OK;
 }
 
-void dt__job_free(job *jb)
+void dt__service_job_free(job *jb)
 {
     if (!jb)
         return;

@@ -1,8 +1,8 @@
-/* daemon_jobs_internal.h - shared by daemon/daemon_jobs*.c only (see daemon_jobs.h). */
-#ifndef DT_DAEMON_JOBS_INTERNAL_H
-#define DT_DAEMON_JOBS_INTERNAL_H
+/* service_internal.h - shared by the files of lib/service only (see service.h). */
+#ifndef DT_SERVICE_INTERNAL_H
+#define DT_SERVICE_INTERNAL_H
 
-#include "daemon_jobs.h"
+#include "service/service.h"
 
 #include "jobs.pb-c.h"
 
@@ -98,18 +98,19 @@ struct job {
     int64_t saved_ms; /* last state.json write of progress */
 };
 
-const char *dt__job_state_name(job_state s);
-bool dt__job_terminal(const job *jb);
+const char *dt__service_job_state_name(job_state s);
+bool dt__service_job_terminal(const job *jb);
 /* <state-dir>/jobs/ID, created. */
-dt_status dt__job_mkdirs(const char *state_dir, const char *id, char *dir, size_t n, dt_err *err);
+dt_status dt__service_job_mkdirs(const char *state_dir, const char *id, char *dir, size_t n,
+                                 dt_err *err);
 /* Appends a progress event (not steps) to <state-dir>/jobs/ID/events.jsonl; read back by
- * dt__jobs_load. */
-void dt__job_log_event(const char *state_dir, const job *jb, const jevent *ev);
+ * dt__service_load. */
+void dt__service_job_log_event(const char *state_dir, const job *jb, const jevent *ev);
 /* Writes state.json (and spec.json when with_spec) atomically. */
-dt_status dt__job_save(const char *state_dir, const job *jb, bool with_spec, dt_err *err);
+dt_status dt__service_job_save(const char *state_dir, const job *jb, bool with_spec, dt_err *err);
 /* Every job under <state-dir>/jobs, oldest first (caller frees the array and the jobs). */
-dt_status dt__jobs_load(const char *state_dir, job ***out, int *n, dt_err *err);
-void dt__job_free(job *jb);
+dt_status dt__service_load(const char *state_dir, job ***out, int *n, dt_err *err);
+void dt__service_job_free(job *jb);
 
 /* --- the train adapter (daemon_jobs_train.c): the only file that calls lib/train ------------- */
 
@@ -120,9 +121,9 @@ typedef struct jt_summary {
 } jt_summary;
 
 /* Validates a spec completely (model, optimizer, loss, data, paths) without training. */
-dt_status dt__jobs_validate(const char *spec_json, size_t len, const char *data_root,
-                            const char *state_dir, const char *job_dir, jt_summary *out,
-                            dt_err *err);
+dt_status dt__service_validate(const char *spec_json, size_t len, const char *data_root,
+                               const char *state_dir, const char *job_dir, jt_summary *out,
+                               dt_err *err);
 
 /* A progress event on its way from the trainer thread to the loop. */
 typedef struct jqitem {
@@ -133,8 +134,8 @@ typedef struct jqitem {
 
 typedef struct jwatch jwatch;
 
-struct dt_jobs {
-    dt_jobs_opts o;
+struct dt_service {
+    dt_service_opts o;
     char *token, *state_dir, *data_root;
     const dt_cluster_spec *spec;
     int self_rank;
@@ -162,37 +163,39 @@ struct dt_jobs {
 typedef struct jrun jrun;
 
 /* Trainer thread body: prepare, report, wait for GO, fit, report. Calls back into the runner
- * (dt__jobs_run_*). */
-void dt__jobs_train_main(jrun *r);
+ * (dt__service_run_*). */
+void dt__service_train_main(jrun *r);
 
 /* Aborts the communicator of a run (thread-safe; the caller holds jrun.mu). */
-void dt__jobs_comm_abort(void *comm, const char *why);
+void dt__service_comm_abort(void *comm, const char *why);
 
 /* The final weights of a job (export), evaluation and prediction; blocking, off the loop. */
-dt_status dt__jobs_evaluate(const char *spec_json, const char *weights_path, const char *data_json,
-                            const char *data_root, const char *state_dir, uint32_t batch_size,
-                            jmetric *metrics, int *nmetrics, uint64_t *examples, dt_err *err);
-dt_status dt__jobs_predict(const char *spec_json, const char *weights_path, const char *data_json,
-                           const char *data_root, const char *state_dir, const char *job_dir,
-                           uint32_t batch_size, const char *format, char **out, size_t *out_len,
-                           uint64_t *rows, uint64_t *cols, dt_err *err);
+dt_status dt__service_evaluate(const char *spec_json, const char *weights_path,
+                               const char *data_json, const char *data_root, const char *state_dir,
+                               uint32_t batch_size, jmetric *metrics, int *nmetrics,
+                               uint64_t *examples, dt_err *err);
+dt_status dt__service_predict(const char *spec_json, const char *weights_path,
+                              const char *data_json, const char *data_root, const char *state_dir,
+                              const char *job_dir, uint32_t batch_size, const char *format,
+                              char **out, size_t *out_len, uint64_t *rows, uint64_t *cols,
+                              dt_err *err);
 /* The model weights of weights_path (no optimizer slots) as safetensors bytes in *out: the whole
  * file, or with chunked the piece at offset (DT_EXPORT_CHUNK at most); *total is the file's size.
  * The converted file is kept in job_dir for the next piece (lib/export). */
-dt_status dt__jobs_export(const char *weights_path, const char *job_dir, bool chunked,
-                          uint64_t offset, char **out, size_t *out_len, uint64_t *total,
-                          dt_err *err);
+dt_status dt__service_export(const char *weights_path, const char *job_dir, bool chunked,
+                             uint64_t offset, char **out, size_t *out_len, uint64_t *total,
+                             dt_err *err);
 /* The same for the job's latest checkpoint, or for pin (one of its checkpoints, from an earlier
  * piece: DT_ENOENT once it is gone). *path (malloc'd) is the file, *step its global step. */
-dt_status dt__jobs_export_checkpoint(const char *spec_json, const char *data_root,
-                                     const char *state_dir, const char *job_dir, const char *pin,
-                                     bool chunked, uint64_t offset, char **out, size_t *out_len,
-                                     uint64_t *total, char **path, uint64_t *step, dt_err *err);
+dt_status dt__service_export_checkpoint(const char *spec_json, const char *data_root,
+                                        const char *state_dir, const char *job_dir, const char *pin,
+                                        bool chunked, uint64_t offset, char **out, size_t *out_len,
+                                        uint64_t *total, char **path, uint64_t *step, dt_err *err);
 
 /* --- the runner (daemon_jobs_runner.c): this daemon's part of a job -------------------------- */
 
 struct jrun {
-    dt_jobs *jobs;
+    dt_service *jobs;
     char id[JOB_ID_LEN];
     char *spec_json;
     size_t spec_len;
@@ -215,31 +218,31 @@ struct jrun {
 
 /* Reports this rank's preparation and waits (polling) for GO; DT_ECANCELED on ABORT or cancel,
  * with the chief's message in err. */
-dt_status dt__jobs_run_prepared(jrun *r, bool ok, const char *error, uint64_t examples,
-                                uint64_t params, uint64_t steps_per_epoch, dt_err *err);
+dt_status dt__service_run_prepared(jrun *r, bool ok, const char *error, uint64_t examples,
+                                   uint64_t params, uint64_t steps_per_epoch, dt_err *err);
 /* A progress event from rank 0's trainer thread (copied; ev->message stays the caller's). */
-void dt__jobs_run_progress(jrun *r, const jevent *ev);
+void dt__service_run_progress(jrun *r, const jevent *ev);
 /* The trainer has ended: reported to the chief (retried for a few seconds). */
-void dt__jobs_run_finished(jrun *r, dt_status st, const char *error, const char *weights_hash,
-                           const char *weights_path);
+void dt__service_run_finished(jrun *r, dt_status st, const char *error, const char *weights_hash,
+                              const char *weights_path);
 /* The cluster's addresses and names by rank, for the comm. */
-const dt_cluster_spec *dt__jobs_spec(const dt_jobs *j);
-const char *dt__jobs_token(const dt_jobs *j);
-const char *dt__jobs_data_root(const dt_jobs *j);
-const char *dt__jobs_state_dir(const dt_jobs *j);
-void *dt__jobs_comm_hub(const dt_jobs *j);
+const dt_cluster_spec *dt__service_spec(const dt_service *j);
+const char *dt__service_token(const dt_service *j);
+const char *dt__service_data_root(const dt_service *j);
+const char *dt__service_state_dir(const dt_service *j);
+dt_comm_hub *dt__service_comm_hub(const dt_service *j);
 
 /* Runner RPCs and lifecycle (loop thread). */
-void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call);
-void dt__jobs_runner_cancel(dt_jobs *j, dt_rpc_call *call);
+void dt__service_runner_start(dt_service *j, dt_rpc_call *call);
+void dt__service_runner_cancel(dt_service *j, dt_rpc_call *call);
 /* Cancels the run and joins its thread for at most timeout_ms. */
-void dt__jobs_runner_stop(dt_jobs *j, int64_t timeout_ms);
+void dt__service_runner_stop(dt_service *j, int64_t timeout_ms);
 /* Joins a finished trainer thread (called from the service's timer). */
-void dt__jobs_runner_reap(dt_jobs *j);
+void dt__service_runner_reap(dt_service *j);
 
 /* The chief's side (daemon_jobs.c) that the runner calls: progress from rank 0, on the loop. */
-void dt__jobs_chief_event(dt_jobs *j, const char *id, jevent *ev);
+void dt__service_chief_event(dt_service *j, const char *id, jevent *ev);
 
-int dt__jobs_rank_name(const dt_jobs *j, int rank, char *buf, size_t n);
+int dt__service_rank_name(const dt_service *j, int rank, char *buf, size_t n);
 
 #endif

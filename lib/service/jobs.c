@@ -3,7 +3,7 @@
  * queue, starting a job on every ring task, the Prepared / Finished reports, progress events and
  * held Watch calls. See daemon_jobs.h.
  */
-#include "daemon_jobs_internal.h"
+#include "service/service_internal.h"
 
 #include "core/buf.h"
 #include "core/clock.h"
@@ -38,10 +38,10 @@ struct jwatch {
 typedef struct jcall jcall;
 struct jcall {
     uv_work_t work;
-    dt_jobs *j;
-    void (*run)(jcall *c);              /* pool thread */
-    void (*done)(dt_jobs *j, jcall *c); /* loop thread, unless the service is closing */
-    dt_rpc_call *call;                  /* the client call to answer, if any */
+    dt_service *j;
+    void (*run)(jcall *c);                 /* pool thread */
+    void (*done)(dt_service *j, jcall *c); /* loop thread, unless the service is closing */
+    dt_rpc_call *call;                     /* the client call to answer, if any */
     char id[JOB_ID_LEN];
     int rank;
     uint64_t generation;
@@ -69,33 +69,33 @@ struct jcall {
     char *pin; /* the source the client's earlier pieces came from */
 };
 
-static void finish_watchers(dt_jobs *j, const char *id, bool all);
-static void maybe_start(dt_jobs *j);
+static void finish_watchers(dt_service *j, const char *id, bool all);
+static void maybe_start(dt_service *j);
 
 /* --- small helpers ---------------------------------------------------------------------------- */
 
-const dt_cluster_spec *dt__jobs_spec(const dt_jobs *j)
+const dt_cluster_spec *dt__service_spec(const dt_service *j)
 {
     return j->spec;
 }
-const char *dt__jobs_token(const dt_jobs *j)
+const char *dt__service_token(const dt_service *j)
 {
     return j->token;
 }
-const char *dt__jobs_data_root(const dt_jobs *j)
+const char *dt__service_data_root(const dt_service *j)
 {
     return j->data_root;
 }
-const char *dt__jobs_state_dir(const dt_jobs *j)
+const char *dt__service_state_dir(const dt_service *j)
 {
     return j->state_dir;
 }
-void *dt__jobs_comm_hub(const dt_jobs *j)
+dt_comm_hub *dt__service_comm_hub(const dt_service *j)
 {
     return j->o.comm_hub;
 }
 
-int dt__jobs_rank_name(const dt_jobs *j, int rank, char *buf, size_t n)
+int dt__service_rank_name(const dt_service *j, int rank, char *buf, size_t n)
 {
     const dt_task *t = dt_tfconfig_by_rank(j->spec, rank);
     if (!t)
@@ -110,7 +110,7 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-static job *find_job(dt_jobs *j, const char *ref)
+static job *find_job(dt_service *j, const char *ref)
 {
     if (!ref || !*ref)
         return NULL;
@@ -124,14 +124,14 @@ static job *find_job(dt_jobs *j, const char *ref)
     return last;
 }
 
-static void save(dt_jobs *j, job *jb)
+static void save(dt_service *j, job *jb)
 {
     dt_err err = {0};
-    if (dt__job_save(j->state_dir, jb, false, &err) != DT_OK)
+    if (dt__service_job_save(j->state_dir, jb, false, &err) != DT_OK)
         DT_WARN("jobs", "job %s: could not save its state: %s", jb->id, err.msg);
 }
 
-static dt_rpc_channel *channel(dt_jobs *j, int rank)
+static dt_rpc_channel *channel(dt_service *j, int rank)
 {
     if (!j->ch[rank]) {
         const dt_task *t = dt_tfconfig_by_rank(j->spec, rank);
@@ -160,15 +160,15 @@ static void jcall_free(jcall *c)
     free(c);
 }
 
-static void maybe_free(dt_jobs *j);
+static void maybe_free(dt_service *j);
 
 static void after_work_cb(uv_work_t *w, int status)
 {
     (void)status;
     jcall *c = w->data;
-    dt_jobs *j = c->j;
+    dt_service *j = c->j;
     j->inflight--;
-    /* Closing: the rpc server, freed right after dt_jobs_free, has answered c->call already
+    /* Closing: the rpc server, freed right after dt_service_free, has answered c->call already
      * ("daemon is shutting down") and freed it; answering again would start a batch on its
      * shut-down queue. */
     if (!j->closing && c->done)
@@ -177,7 +177,7 @@ static void after_work_cb(uv_work_t *w, int status)
     maybe_free(j);
 }
 
-static jcall *jcall_new(dt_jobs *j, void (*run)(jcall *), void (*done)(dt_jobs *, jcall *))
+static jcall *jcall_new(dt_service *j, void (*run)(jcall *), void (*done)(dt_service *, jcall *))
 {
     jcall *c = calloc(1, sizeof *c);
     if (!c)
@@ -189,7 +189,7 @@ static jcall *jcall_new(dt_jobs *j, void (*run)(jcall *), void (*done)(dt_jobs *
     return c;
 }
 
-static void jcall_queue(dt_jobs *j, jcall *c)
+static void jcall_queue(dt_service *j, jcall *c)
 {
     j->inflight++;
     uv_queue_work(j->o.loop, &c->work, work_cb, after_work_cb);
@@ -221,7 +221,7 @@ static void fill_info(const job *jb, info_buf *b)
     dtrain__v1__job_info__init(in);
     in->id = (char *)jb->id;
     in->name = (char *)jb->name;
-    in->state = (char *)dt__job_state_name(jb->state);
+    in->state = (char *)dt__service_job_state_name(jb->state);
     in->epoch = jb->epoch;
     in->epochs = jb->epochs;
     in->step = jb->step;
@@ -244,7 +244,7 @@ static void fill_info(const job *jb, info_buf *b)
 }
 
 /* Appends an event, numbers it and updates the job's progress fields. Takes ev->message. */
-static void add_event(dt_jobs *j, job *jb, jevent *ev)
+static void add_event(dt_service *j, job *jb, jevent *ev)
 {
     if (!jb->ev && !(jb->ev = calloc(JOB_MAX_EVENTS, sizeof *jb->ev))) {
         free(ev->message);
@@ -258,16 +258,16 @@ static void add_event(dt_jobs *j, job *jb, jevent *ev)
     ev->seq = ++jb->next_seq;
     if (!ev->time_unix)
         ev->time_unix = dt_wall_s();
-    dt__job_log_event(j->state_dir, jb, ev);
+    dt__service_job_log_event(j->state_dir, jb, ev);
     jb->ev[(jb->ev0 + jb->nev++) % JOB_MAX_EVENTS] = *ev;
     ev->message = NULL;
 }
 
-static void state_event(dt_jobs *j, job *jb, const char *message)
+static void state_event(dt_service *j, job *jb, const char *message)
 {
     jevent ev = {0};
     snprintf(ev.kind, sizeof ev.kind, "state");
-    snprintf(ev.state, sizeof ev.state, "%s", dt__job_state_name(jb->state));
+    snprintf(ev.state, sizeof ev.state, "%s", dt__service_job_state_name(jb->state));
     ev.epoch = jb->epoch;
     ev.epochs = jb->epochs;
     ev.step = jb->step;
@@ -296,10 +296,10 @@ static void merge_metrics(job *jb, const jevent *ev)
     }
 }
 
-void dt__jobs_chief_event(dt_jobs *j, const char *id, jevent *ev)
+void dt__service_chief_event(dt_service *j, const char *id, jevent *ev)
 {
     job *jb = find_job(j, id);
-    if (!jb || jb != j->active || dt__job_terminal(jb)) {
+    if (!jb || jb != j->active || dt__service_job_terminal(jb)) {
         free(ev->message);
         return;
     }
@@ -328,7 +328,7 @@ void dt__jobs_chief_event(dt_jobs *j, const char *id, jevent *ev)
 /* --- ending a job ------------------------------------------------------------------------------
  */
 
-static void send_cancel_done(dt_jobs *j, jcall *c)
+static void send_cancel_done(dt_service *j, jcall *c)
 {
     (void)j;
     if (c->st != DT_OK)
@@ -345,7 +345,7 @@ static void send_cancel_run(jcall *c)
 }
 
 /* Tells every rank that has not reported Finished to stop. */
-static void cancel_ranks(dt_jobs *j, job *jb, const char *reason)
+static void cancel_ranks(dt_service *j, job *jb, const char *reason)
 {
     for (uint32_t r = 0; r < jb->world; r++) {
         if (jb->done && jb->done[r])
@@ -366,9 +366,9 @@ static void cancel_ranks(dt_jobs *j, job *jb, const char *reason)
 }
 
 /* Moves jb to a terminal state (once), saves it, tells watchers, stops the ranks still going. */
-static void end_job(dt_jobs *j, job *jb, job_state st, const char *msg)
+static void end_job(dt_service *j, job *jb, job_state st, const char *msg)
 {
-    if (dt__job_terminal(jb))
+    if (dt__service_job_terminal(jb))
         return;
     bool was_active = jb->state == JOB_PREPARING || jb->state == JOB_RUNNING;
     jb->state = st;
@@ -378,7 +378,8 @@ static void end_job(dt_jobs *j, job *jb, job_state st, const char *msg)
     if (st == JOB_SUCCEEDED)
         DT_INFO("jobs", "job %s (%s) succeeded", jb->id, jb->name);
     else
-        DT_WARN("jobs", "job %s (%s) %s: %s", jb->id, jb->name, dt__job_state_name(st), jb->error);
+        DT_WARN("jobs", "job %s (%s) %s: %s", jb->id, jb->name, dt__service_job_state_name(st),
+                jb->error);
     save(j, jb);
     state_event(j, jb, jb->error);
     if (was_active) {
@@ -390,16 +391,16 @@ static void end_job(dt_jobs *j, job *jb, job_state st, const char *msg)
 
 /* The active job is over and every rank has said so (or the grace period ran out): the next
  * queued job may start. */
-static void maybe_release(dt_jobs *j)
+static void maybe_release(dt_service *j)
 {
     job *jb = j->active;
     if (!jb)
         return;
     int64_t now = dt_now_ms();
-    if (jb->cancel_requested && !dt__job_terminal(jb) &&
+    if (jb->cancel_requested && !dt__service_job_terminal(jb) &&
         (jb->ndone == (int)jb->world || now >= jb->cancel_at_ms))
         end_job(j, jb, JOB_CANCELLED, jb->error[0] ? jb->error : "cancelled");
-    if (!dt__job_terminal(jb))
+    if (!dt__service_job_terminal(jb))
         return;
     if (jb->ndone < (int)jb->world && now < jb->release_at_ms)
         return;
@@ -413,14 +414,14 @@ static void maybe_release(dt_jobs *j)
 /* --- starting a job -----------------------------------------------------------------------------
  */
 
-static void start_done(dt_jobs *j, jcall *c)
+static void start_done(dt_service *j, jcall *c)
 {
     job *jb = find_job(j, c->id);
-    if (!jb || jb != j->active || dt__job_terminal(jb) || jb->generation != c->generation)
+    if (!jb || jb != j->active || dt__service_job_terminal(jb) || jb->generation != c->generation)
         return;
     if (c->st != DT_OK) {
         char who[300], msg[2 * DT_ERR_LEN];
-        dt__jobs_rank_name(j, c->rank, who, sizeof who);
+        dt__service_rank_name(j, c->rank, who, sizeof who);
         snprintf(msg, sizeof msg, "could not start the job on %s: %s", who, c->err.msg);
         if (!jb->done[c->rank]) { /* it never ran, so it will not report */
             jb->done[c->rank] = 1;
@@ -458,7 +459,7 @@ static uint64_t session_of(const char *id, uint64_t generation)
     return h ? h : 1;
 }
 
-static void maybe_start(dt_jobs *j)
+static void maybe_start(dt_service *j)
 {
     if (!j->is_chief || j->closing || j->active)
         return;
@@ -473,7 +474,7 @@ static void maybe_start(dt_jobs *j)
     for (int r = 0; r < world && ready; r++)
         if (!dt_cluster_member_up(j->o.cluster, r, NULL)) {
             ready = false;
-            dt__jobs_rank_name(j, r, missing, sizeof missing);
+            dt__service_rank_name(j, r, missing, sizeof missing);
         }
     if (!ready) {
         int64_t now = dt_now_ms();
@@ -543,10 +544,10 @@ static void maybe_start(dt_jobs *j)
 }
 
 /* A rank's daemon died or restarted while the job held the cluster. */
-static void check_members(dt_jobs *j)
+static void check_members(dt_service *j)
 {
     job *jb = j->active;
-    if (!jb || dt__job_terminal(jb))
+    if (!jb || dt__service_job_terminal(jb))
         return;
     for (uint32_t r = 0; r < jb->world; r++) {
         uint64_t inc = 0;
@@ -554,7 +555,7 @@ static void check_members(dt_jobs *j)
         if (up && inc == jb->incarnations[r])
             continue;
         char who[300], msg[2 * DT_ERR_LEN];
-        dt__jobs_rank_name(j, (int)r, who, sizeof who);
+        dt__service_rank_name(j, (int)r, who, sizeof who);
         snprintf(msg, sizeof msg,
                  "%s %s during the job; the other tasks were stopped (the daemons stay up: "
                  "resubmit the job once it is back)",
@@ -570,7 +571,7 @@ static void check_members(dt_jobs *j)
 
 /* --- runner reports (JobRunner.Prepared / Finished) ------------------------------------------- */
 
-static void on_prepared(dt_jobs *j, dt_rpc_call *call)
+static void on_prepared(dt_service *j, dt_rpc_call *call)
 {
     Dtrain__V1__PreparedRequest *req = NULL;
     if (dt_rpc_call_unpack(call, &dtrain__v1__prepared_request__descriptor,
@@ -582,13 +583,14 @@ static void on_prepared(dt_jobs *j, dt_rpc_call *call)
     if (!jb || jb != j->active || req->rank >= jb->world) {
         rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
         snprintf(msg, sizeof msg, "job %s is not the one running on this cluster", req->id);
-    } else if (dt__job_terminal(jb) || jb->cancel_requested) {
+    } else if (dt__service_job_terminal(jb) || jb->cancel_requested) {
         rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
         snprintf(msg, sizeof msg, "job %s was %s: %s", jb->id,
-                 jb->cancel_requested ? "cancelled" : dt__job_state_name(jb->state), jb->error);
+                 jb->cancel_requested ? "cancelled" : dt__service_job_state_name(jb->state),
+                 jb->error);
     } else if (!req->ok) {
         char who[300];
-        dt__jobs_rank_name(j, (int)req->rank, who, sizeof who);
+        dt__service_rank_name(j, (int)req->rank, who, sizeof who);
         snprintf(msg, sizeof msg, "%s could not prepare the job: %s", who, req->error);
         rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
         jb->done[req->rank] = 1; /* its trainer ends now */
@@ -622,7 +624,7 @@ static void on_prepared(dt_jobs *j, dt_rpc_call *call)
     maybe_release(j);
 }
 
-static void on_finished(dt_jobs *j, dt_rpc_call *call)
+static void on_finished(dt_service *j, dt_rpc_call *call)
 {
     Dtrain__V1__FinishedRequest *req = NULL;
     if (dt_rpc_call_unpack(call, &dtrain__v1__finished_request__descriptor,
@@ -637,8 +639,8 @@ static void on_finished(dt_jobs *j, dt_rpc_call *call)
             jb->hashes[req->rank] = strdup(req->weights_hash);
         }
         char who[300];
-        dt__jobs_rank_name(j, (int)req->rank, who, sizeof who);
-        if (req->code != DT_OK && !dt__job_terminal(jb)) {
+        dt__service_rank_name(j, (int)req->rank, who, sizeof who);
+        if (req->code != DT_OK && !dt__service_job_terminal(jb)) {
             if (jb->cancel_requested || req->code == DT_ECANCELED) {
                 if (!jb->cancel_requested) { /* a rank stopped on its own: still a failure */
                     char msg[2 * DT_ERR_LEN];
@@ -653,7 +655,7 @@ static void on_finished(dt_jobs *j, dt_rpc_call *call)
         } else if (req->code == DT_OK && req->rank == 0 && req->weights_path) {
             snprintf(jb->weights_path, sizeof jb->weights_path, "%s", req->weights_path);
         }
-        if (jb->ndone == (int)jb->world && !dt__job_terminal(jb) && !jb->cancel_requested) {
+        if (jb->ndone == (int)jb->world && !dt__service_job_terminal(jb) && !jb->cancel_requested) {
             bool same = true;
             for (uint32_t r = 1; r < jb->world; r++)
                 if (!jb->hashes[0][0] || strcmp(jb->hashes[r], jb->hashes[0]) != 0)
@@ -675,8 +677,8 @@ static void on_finished(dt_jobs *j, dt_rpc_call *call)
 
 static void validate_run(jcall *c)
 {
-    c->st = dt__jobs_validate(c->text, strlen(c->text), c->j->data_root, c->j->state_dir, NULL,
-                              &c->sum, &c->err);
+    c->st = dt__service_validate(c->text, strlen(c->text), c->j->data_root, c->j->state_dir, NULL,
+                                 &c->sum, &c->err);
 }
 
 static void reply_job(dt_rpc_call *call, const job *jb)
@@ -688,7 +690,7 @@ static void reply_job(dt_rpc_call *call, const job *jb)
     dt_rpc_call_reply(call, &rep.base);
 }
 
-static void validate_done(dt_jobs *j, jcall *c)
+static void validate_done(dt_service *j, jcall *c)
 {
     if (c->st != DT_OK) {
         DT_INFO("jobs", "refused a job from %s: %s", c->text2 ? c->text2 : "?", c->err.msg);
@@ -716,9 +718,9 @@ static void validate_done(dt_jobs *j, jcall *c)
     jb->world = (uint32_t)j->spec->world_size;
     jb->submitted = dt_wall_s();
     dt_err err = {0};
-    if (dt__job_save(j->state_dir, jb, true, &err) != DT_OK) {
+    if (dt__service_job_save(j->state_dir, jb, true, &err) != DT_OK) {
         dt_rpc_call_fail(c->call, DT_EIO, err.msg);
-        dt__job_free(jb);
+        dt__service_job_free(jb);
         return;
     }
     if (j->tail)
@@ -732,7 +734,7 @@ static void validate_done(dt_jobs *j, jcall *c)
     maybe_start(j);
 }
 
-static void on_submit(dt_jobs *j, dt_rpc_call *call)
+static void on_submit(dt_service *j, dt_rpc_call *call)
 {
     Dtrain__V1__SubmitRequest *req = NULL;
     if (dt_rpc_call_unpack(call, &dtrain__v1__submit_request__descriptor,
@@ -761,7 +763,7 @@ static void on_submit(dt_jobs *j, dt_rpc_call *call)
 /* --- Jobs: list, status, cancel
  * ------------------------------------------------------------------- */
 
-static void on_list(dt_jobs *j, dt_rpc_call *call)
+static void on_list(dt_service *j, dt_rpc_call *call)
 {
     int n = 0;
     for (job *jb = j->head; jb; jb = jb->next)
@@ -788,7 +790,7 @@ static void on_list(dt_jobs *j, dt_rpc_call *call)
 }
 
 /* Unpacks a JobRef and finds the job; answers NOT_FOUND itself. */
-static job *ref_job(dt_jobs *j, dt_rpc_call *call)
+static job *ref_job(dt_service *j, dt_rpc_call *call)
 {
     Dtrain__V1__JobRef *req = NULL;
     if (dt_rpc_call_unpack(call, &dtrain__v1__job_ref__descriptor, (ProtobufCMessage **)&req) !=
@@ -804,19 +806,19 @@ static job *ref_job(dt_jobs *j, dt_rpc_call *call)
     return jb;
 }
 
-static void on_status(dt_jobs *j, dt_rpc_call *call)
+static void on_status(dt_service *j, dt_rpc_call *call)
 {
     job *jb = ref_job(j, call);
     if (jb)
         reply_job(call, jb);
 }
 
-static void on_cancel(dt_jobs *j, dt_rpc_call *call)
+static void on_cancel(dt_service *j, dt_rpc_call *call)
 {
     job *jb = ref_job(j, call);
     if (!jb)
         return;
-    if (!dt__job_terminal(jb) && !jb->cancel_requested) {
+    if (!dt__service_job_terminal(jb) && !jb->cancel_requested) {
         DT_INFO("jobs", "job %s: cancel requested by %s", jb->id, dt_rpc_call_peer(call));
         jb->cancel_requested = true;
         snprintf(jb->error, sizeof jb->error, "cancelled by a user");
@@ -834,7 +836,7 @@ static void on_cancel(dt_jobs *j, dt_rpc_call *call)
 /* --- Jobs: watch
  * ---------------------------------------------------------------------------------- */
 
-static void reply_watch(dt_jobs *j, dt_rpc_call *call, job *jb, uint64_t after)
+static void reply_watch(dt_service *j, dt_rpc_call *call, job *jb, uint64_t after)
 {
     (void)j;
     size_t skip = 0;
@@ -889,7 +891,7 @@ static void reply_watch(dt_jobs *j, dt_rpc_call *call, job *jb, uint64_t after)
     free(mps);
 }
 
-static void on_watch(dt_jobs *j, dt_rpc_call *call)
+static void on_watch(dt_service *j, dt_rpc_call *call)
 {
     Dtrain__V1__WatchRequest *req = NULL;
     if (dt_rpc_call_unpack(call, &dtrain__v1__watch_request__descriptor,
@@ -900,7 +902,7 @@ static void on_watch(dt_jobs *j, dt_rpc_call *call)
         char msg[300];
         snprintf(msg, sizeof msg, "no job '%s' on this cluster (see 'dtrain jobs')", req->id);
         dt_rpc_call_fail(call, DT_ENOENT, msg);
-    } else if (jb->next_seq > req->after_seq || dt__job_terminal(jb)) {
+    } else if (jb->next_seq > req->after_seq || dt__service_job_terminal(jb)) {
         reply_watch(j, call, jb, req->after_seq);
     } else {
         jwatch *w = calloc(1, sizeof *w);
@@ -922,7 +924,7 @@ static void on_watch(dt_jobs *j, dt_rpc_call *call)
 }
 
 /* Answers the held watches of job id that now have news (or all of them, e.g. when timed out). */
-static void finish_watchers(dt_jobs *j, const char *id, bool all)
+static void finish_watchers(dt_service *j, const char *id, bool all)
 {
     int64_t now = dt_now_ms();
     jwatch **pp = &j->watchers;
@@ -930,7 +932,7 @@ static void finish_watchers(dt_jobs *j, const char *id, bool all)
         jwatch *w = *pp;
         job *jb = find_job(j, w->id);
         bool news = jb && (!id || strcmp(id, w->id) == 0) &&
-                    (jb->next_seq > w->after || dt__job_terminal(jb));
+                    (jb->next_seq > w->after || dt__service_job_terminal(jb));
         if (all || news || now >= w->deadline_ms || !jb) {
             *pp = w->next;
             if (jb && !j->closing)
@@ -947,7 +949,7 @@ static void finish_watchers(dt_jobs *j, const char *id, bool all)
 /* --- Jobs: export, evaluate, predict ------------------------------------------------------------
  */
 
-static dt_status final_weights(dt_jobs *j, dt_rpc_call *call, const char *id, job **out)
+static dt_status final_weights(dt_service *j, dt_rpc_call *call, const char *id, job **out)
 {
     job *jb = find_job(j, id);
     char msg[2 * DT_ERR_LEN];
@@ -958,8 +960,8 @@ static dt_status final_weights(dt_jobs *j, dt_rpc_call *call, const char *id, jo
     }
     if (jb->state != JOB_SUCCEEDED || !jb->weights_path[0]) {
         snprintf(msg, sizeof msg, "job %s is %s: it has no final weights%s", jb->id,
-                 dt__job_state_name(jb->state),
-                 dt__job_terminal(jb) ? "" : " yet (dtrain watch waits for it)");
+                 dt__service_job_state_name(jb->state),
+                 dt__service_job_terminal(jb) ? "" : " yet (dtrain watch waits for it)");
         dt_rpc_call_fail(call, DT_ESTATE, msg);
         return DT_ESTATE;
     }
@@ -969,8 +971,8 @@ static dt_status final_weights(dt_jobs *j, dt_rpc_call *call, const char *id, jo
 
 static void export_run(jcall *c)
 {
-    c->st = dt__jobs_export(c->text2, c->text3, c->chunked, c->offset, &c->out, &c->out_len,
-                            &c->total, &c->err);
+    c->st = dt__service_export(c->text2, c->text3, c->chunked, c->offset, &c->out, &c->out_len,
+                               &c->total, &c->err);
     if (c->st == DT_ENOENT && c->pin)
         dt_err_set(&c->err, DT_ENOENT,
                    "the final weights %s are gone from the chief; see its log, then "
@@ -980,7 +982,7 @@ static void export_run(jcall *c)
         c->st = DT_EIO;
 }
 
-static void export_done(dt_jobs *j, jcall *c)
+static void export_done(dt_service *j, jcall *c)
 {
     (void)j;
     if (c->st != DT_OK) {
@@ -995,7 +997,7 @@ static void export_done(dt_jobs *j, jcall *c)
     rep.source_path = c->text2;
     rep.global_step = c->u1;
     rep.spec_json = c->text;
-    rep.state = (char *)dt__job_state_name((job_state)c->u2);
+    rep.state = (char *)dt__service_job_state_name((job_state)c->u2);
     if (c->chunked) {
         rep.total_bytes = c->total;
         rep.offset = c->offset;
@@ -1006,14 +1008,14 @@ static void export_done(dt_jobs *j, jcall *c)
 static void export_checkpoint_run(jcall *c)
 {
     char *path = NULL;
-    c->st = dt__jobs_export_checkpoint(c->text, c->j->data_root, c->j->state_dir, c->text3, c->pin,
-                                       c->chunked, c->offset, &c->out, &c->out_len, &c->total,
-                                       &path, &c->u1, &c->err);
+    c->st = dt__service_export_checkpoint(c->text, c->j->data_root, c->j->state_dir, c->text3,
+                                          c->pin, c->chunked, c->offset, &c->out, &c->out_len,
+                                          &c->total, &path, &c->u1, &c->err);
     free(c->text2);
     c->text2 = path;
 }
 
-static void on_export(dt_jobs *j, dt_rpc_call *call)
+static void on_export(dt_service *j, dt_rpc_call *call)
 {
     Dtrain__V1__ExportRequest *req = NULL;
     if (dt_rpc_call_unpack(call, &dtrain__v1__export_request__descriptor,
@@ -1057,11 +1059,11 @@ static void on_export(dt_jobs *j, dt_rpc_call *call)
 
 static void evaluate_run(jcall *c)
 {
-    c->st = dt__jobs_evaluate(c->text3, c->text2, c->text, c->j->data_root, c->j->state_dir,
-                              c->batch, c->metrics, &c->nmetrics, &c->u1, &c->err);
+    c->st = dt__service_evaluate(c->text3, c->text2, c->text, c->j->data_root, c->j->state_dir,
+                                 c->batch, c->metrics, &c->nmetrics, &c->u1, &c->err);
 }
 
-static void evaluate_done(dt_jobs *j, jcall *c)
+static void evaluate_done(dt_service *j, jcall *c)
 {
     (void)j;
     if (c->st != DT_OK) {
@@ -1081,11 +1083,11 @@ static void predict_run(jcall *c)
 {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/jobs/%s", c->j->state_dir, c->id);
-    c->st = dt__jobs_predict(c->text3, c->text2, c->text, c->j->data_root, c->j->state_dir, dir,
-                             c->batch, c->format, &c->out, &c->out_len, &c->u1, &c->u2, &c->err);
+    c->st = dt__service_predict(c->text3, c->text2, c->text, c->j->data_root, c->j->state_dir, dir,
+                                c->batch, c->format, &c->out, &c->out_len, &c->u1, &c->u2, &c->err);
 }
 
-static void predict_done(dt_jobs *j, jcall *c)
+static void predict_done(dt_service *j, jcall *c)
 {
     (void)j;
     if (c->st != DT_OK) {
@@ -1100,7 +1102,7 @@ static void predict_done(dt_jobs *j, jcall *c)
     dt_rpc_call_reply(c->call, &rep.base);
 }
 
-static void on_eval_or_predict(dt_jobs *j, dt_rpc_call *call, bool predict)
+static void on_eval_or_predict(dt_service *j, dt_rpc_call *call, bool predict)
 {
     ProtobufCMessage *msg = NULL;
     const ProtobufCMessageDescriptor *d = predict ? &dtrain__v1__predict_request__descriptor
@@ -1142,7 +1144,7 @@ static void on_eval_or_predict(dt_jobs *j, dt_rpc_call *call, bool predict)
 /* --- lifetime ------------------------------------------------------------------------------------
  */
 
-static void drain_queue(dt_jobs *j)
+static void drain_queue(dt_service *j)
 {
     pthread_mutex_lock(&j->qmu);
     jqitem *it = j->qhead;
@@ -1151,7 +1153,7 @@ static void drain_queue(dt_jobs *j)
     while (it) {
         jqitem *next = it->next;
         if (!j->closing && j->is_chief)
-            dt__jobs_chief_event(j, it->id, &it->ev);
+            dt__service_chief_event(j, it->id, &it->ev);
         else
             free(it->ev.message);
         free(it);
@@ -1164,9 +1166,9 @@ static void on_async(uv_async_t *a)
     drain_queue(a->data);
 }
 
-void dt__jobs_run_progress(jrun *r, const jevent *ev)
+void dt__service_run_progress(jrun *r, const jevent *ev)
 {
-    dt_jobs *j = r->jobs;
+    dt_service *j = r->jobs;
     if (atomic_load(&r->stopping)) /* the loop may be closing the async handle */
         return;
     jqitem *it = calloc(1, sizeof *it);
@@ -1187,10 +1189,10 @@ void dt__jobs_run_progress(jrun *r, const jevent *ev)
 
 static void on_tick(uv_timer_t *t)
 {
-    dt_jobs *j = t->data;
+    dt_service *j = t->data;
     if (j->closing)
         return;
-    dt__jobs_runner_reap(j);
+    dt__service_runner_reap(j);
     if (!j->is_chief)
         return;
     finish_watchers(j, NULL, false);
@@ -1199,9 +1201,9 @@ static void on_tick(uv_timer_t *t)
     maybe_start(j);
 }
 
-dt_status dt_jobs_new(const dt_jobs_opts *opts, dt_jobs **out, dt_err *err)
+dt_status dt_service_new(const dt_service_opts *opts, dt_service **out, dt_err *err)
 {
-    dt_jobs *j = calloc(1, sizeof *j);
+    dt_service *j = calloc(1, sizeof *j);
     if (!j)
         return dt_err_set(err, DT_ENOMEM, "jobs: out of memory");
     j->o = *opts;
@@ -1215,15 +1217,15 @@ dt_status dt_jobs_new(const dt_jobs_opts *opts, dt_jobs **out, dt_err *err)
     j->ch = calloc((size_t)opts->spec->world_size, sizeof *j->ch);
     pthread_mutex_init(&j->qmu, NULL);
     if (!j->state_dir || !j->data_root || !j->ch) {
-        dt_jobs_free(j);
+        dt_service_free(j);
         return dt_err_set(err, DT_ENOMEM, "jobs: out of memory");
     }
     if (j->is_chief) {
         job **list = NULL;
         int n = 0;
-        dt_status st = dt__jobs_load(j->state_dir, &list, &n, err);
+        dt_status st = dt__service_load(j->state_dir, &list, &n, err);
         if (st != DT_OK) {
-            dt_jobs_free(j);
+            dt_service_free(j);
             return st;
         }
         for (int i = 0; i < n; i++) {
@@ -1236,7 +1238,8 @@ dt_status dt_jobs_new(const dt_jobs_opts *opts, dt_jobs **out, dt_err *err)
                 snprintf(msg, sizeof msg,
                          "dtraind on the chief restarted while the job was %s (epoch %u, step "
                          "%llu)%s",
-                         dt__job_state_name(jb->state), jb->epoch, (unsigned long long)jb->step,
+                         dt__service_job_state_name(jb->state), jb->epoch,
+                         (unsigned long long)jb->step,
                          again ? "; it resumes from its latest checkpoint"
                                : "; it was resumed too often already: resubmit it");
                 DT_WARN("jobs", "job %s: %s", jb->id, msg);
@@ -1275,7 +1278,7 @@ dt_status dt_jobs_new(const dt_jobs_opts *opts, dt_jobs **out, dt_err *err)
     return DT_OK;
 }
 
-bool dt_jobs_handle_call(dt_jobs *j, dt_rpc_call *call)
+bool dt_service_handle_call(dt_service *j, dt_rpc_call *call)
 {
     const char *m = dt_rpc_call_method(call);
     if (strncmp(m, "/dtrain.v1.Jobs/", 16) != 0 && strncmp(m, "/dtrain.v1.JobRunner/", 21) != 0)
@@ -1285,23 +1288,23 @@ bool dt_jobs_handle_call(dt_jobs *j, dt_rpc_call *call)
         return true;
     }
     if (strcmp(m, DT_RPC_RUN_START) == 0) {
-        dt__jobs_runner_start(j, call);
+        dt__service_runner_start(j, call);
         return true;
     }
     if (strcmp(m, DT_RPC_RUN_CANCEL) == 0) {
-        dt__jobs_runner_cancel(j, call);
+        dt__service_runner_cancel(j, call);
         return true;
     }
     if (!j->is_chief) {
         char msg[400], chief[300];
-        dt__jobs_rank_name(j, 0, chief, sizeof chief);
+        dt__service_rank_name(j, 0, chief, sizeof chief);
         snprintf(msg, sizeof msg, "this daemon is not the chief: send job requests to %s", chief);
         dt_rpc_call_fail(call, DT_ESTATE, msg);
         return true;
     }
     static const struct {
         const char *method;
-        void (*fn)(dt_jobs *, dt_rpc_call *);
+        void (*fn)(dt_service *, dt_rpc_call *);
     } routes[] = {
         {DT_RPC_JOBS_SUBMIT, on_submit},    {DT_RPC_JOBS_LIST, on_list},
         {DT_RPC_JOBS_STATUS, on_status},    {DT_RPC_JOBS_WATCH, on_watch},
@@ -1323,12 +1326,12 @@ bool dt_jobs_handle_call(dt_jobs *j, dt_rpc_call *call)
     return true;
 }
 
-static void really_free(dt_jobs *j)
+static void really_free(dt_service *j)
 {
     job *jb = j->head;
     while (jb) {
         job *next = jb->next;
-        dt__job_free(jb);
+        dt__service_job_free(jb);
         jb = next;
     }
     if (j->ch)
@@ -1342,7 +1345,7 @@ static void really_free(dt_jobs *j)
     free(j);
 }
 
-static void maybe_free(dt_jobs *j)
+static void maybe_free(dt_service *j)
 {
     if (j->closing && j->inflight == 0 && j->handles_open == 0)
         really_free(j);
@@ -1350,17 +1353,17 @@ static void maybe_free(dt_jobs *j)
 
 static void on_handle_closed(uv_handle_t *h)
 {
-    dt_jobs *j = h->data;
+    dt_service *j = h->data;
     j->handles_open--;
     maybe_free(j);
 }
 
-void dt_jobs_free(dt_jobs *j)
+void dt_service_free(dt_service *j)
 {
     if (!j || j->closing)
         return;
     j->closing = true;
-    if (j->active && !dt__job_terminal(j->active)) {
+    if (j->active && !dt__service_job_terminal(j->active)) {
         /* Left running on disk: the next start of this daemon resumes it from its latest
          * checkpoint. The other tasks stop now. */
         DT_WARN("jobs", "job %s: stopped with the daemon; it resumes when the daemon restarts",
@@ -1368,10 +1371,10 @@ void dt_jobs_free(dt_jobs *j)
         save(j, j->active);
         cancel_ranks(j, j->active, "dtraind on the chief is stopping");
     }
-    dt__jobs_runner_stop(j, 10000);
+    dt__service_runner_stop(j, 10000);
     finish_watchers(j, NULL, true);
     drain_queue(j);
-    if (j->handles_open == 0) { /* dt_jobs_new failed before the handles existed */
+    if (j->handles_open == 0) { /* dt_service_new failed before the handles existed */
         maybe_free(j);
         return;
     }

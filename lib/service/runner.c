@@ -3,7 +3,7 @@
  * (one at a time), JobRunner.Cancel sets its cancel flag and aborts its communicator, and the
  * trainer thread's reports to the chief (Prepared, polled until GO; Finished, retried).
  */
-#include "daemon_jobs_internal.h"
+#include "service/service_internal.h"
 
 #include "core/clock.h"
 #include "core/log.h"
@@ -42,7 +42,7 @@ static void cancel_run(jrun *r, const char *reason, bool abort_now)
     }
     atomic_store(&r->cancel, true);
     if (r->comm && abort_now)
-        dt__jobs_comm_abort(r->comm, r->cancel_reason);
+        dt__service_comm_abort(r->comm, r->cancel_reason);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -50,12 +50,12 @@ static void *trainer_main(void *arg)
 {
     jrun *r = arg;
     pthread_setname_np(pthread_self(), "dt-train");
-    dt__jobs_train_main(r);
+    dt__service_train_main(r);
     atomic_store(&r->finished, 1);
     return NULL;
 }
 
-void dt__jobs_runner_reap(dt_jobs *j)
+void dt__service_runner_reap(dt_service *j)
 {
     jrun *r = j->run;
     if (r && !atomic_load(&r->finished) && atomic_load(&r->cancel) &&
@@ -69,7 +69,7 @@ void dt__jobs_runner_reap(dt_jobs *j)
     run_free(r);
 }
 
-void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
+void dt__service_runner_start(dt_service *j, dt_rpc_call *call)
 {
     Dtrain__V1__StartJobRequest *req = NULL;
     if (dt_rpc_call_unpack(call, &dtrain__v1__start_job_request__descriptor,
@@ -77,7 +77,7 @@ void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
         return;
     char msg[2 * DT_ERR_LEN] = "";
     dt_status st = DT_OK;
-    dt__jobs_runner_reap(j);
+    dt__service_runner_reap(j);
     if (j->run && (strcmp(j->run->id, req->id) != 0 || j->run->generation != req->generation)) {
         /* The chief starts another run, so the one here is over for it: either it reported
          * Finished and has nothing left but to return, or the chief restarted (or lost it)
@@ -136,7 +136,7 @@ void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
             r->resume = req->resume;
             pthread_mutex_init(&r->mu, NULL);
             const dt_task *chief = dt_tfconfig_by_rank(j->spec, 0);
-            st = dt__job_mkdirs(j->state_dir, r->id, r->job_dir, sizeof r->job_dir, &err);
+            st = dt__service_job_mkdirs(j->state_dir, r->id, r->job_dir, sizeof r->job_dir, &err);
             if (st == DT_OK)
                 st = dt_rpc_channel_new(chief->address, j->token, &r->chief, &err);
             if (st == DT_OK && pthread_create(&r->thread, NULL, trainer_main, r) != 0)
@@ -161,7 +161,7 @@ void dt__jobs_runner_start(dt_jobs *j, dt_rpc_call *call)
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-void dt__jobs_runner_cancel(dt_jobs *j, dt_rpc_call *call)
+void dt__service_runner_cancel(dt_service *j, dt_rpc_call *call)
 {
     Dtrain__V1__CancelJobRequest *req = NULL;
     if (dt_rpc_call_unpack(call, &dtrain__v1__cancel_job_request__descriptor,
@@ -176,7 +176,7 @@ void dt__jobs_runner_cancel(dt_jobs *j, dt_rpc_call *call)
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-void dt__jobs_runner_stop(dt_jobs *j, int64_t timeout_ms)
+void dt__service_runner_stop(dt_service *j, int64_t timeout_ms)
 {
     jrun *r = j->run;
     if (!r)
@@ -207,8 +207,8 @@ void dt__jobs_runner_stop(dt_jobs *j, int64_t timeout_ms)
 
 /* --- the trainer thread's reports ------------------------------------------------------------- */
 
-dt_status dt__jobs_run_prepared(jrun *r, bool ok, const char *error, uint64_t examples,
-                                uint64_t params, uint64_t steps_per_epoch, dt_err *err)
+dt_status dt__service_run_prepared(jrun *r, bool ok, const char *error, uint64_t examples,
+                                   uint64_t params, uint64_t steps_per_epoch, dt_err *err)
 {
     Dtrain__V1__PreparedRequest req = DTRAIN__V1__PREPARED_REQUEST__INIT;
     req.id = r->id;
@@ -248,8 +248,8 @@ dt_status dt__jobs_run_prepared(jrun *r, bool ok, const char *error, uint64_t ex
     return dt_err_set(err, DT_ETIMEDOUT, "the other tasks did not finish preparing in time");
 }
 
-void dt__jobs_run_finished(jrun *r, dt_status st, const char *error, const char *weights_hash,
-                           const char *weights_path)
+void dt__service_run_finished(jrun *r, dt_status st, const char *error, const char *weights_hash,
+                              const char *weights_path)
 {
     Dtrain__V1__FinishedRequest req = DTRAIN__V1__FINISHED_REQUEST__INIT;
     req.id = r->id;

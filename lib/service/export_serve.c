@@ -1,5 +1,6 @@
-/* serve.c - the chief's side of a chunked export: one conversion per source, pieces by pread. */
-#include "export/export.h"
+/* export_serve.c - the chief's side of a chunked export: one conversion per source, pieces by
+ * pread. */
+#include "service/service.h"
 
 #include "core/hash.h"
 #include "core/limits.h"
@@ -107,8 +108,8 @@ static dt_status convert(int src_fd, const char *source_path, const char *cache_
     return DT_OK;
 }
 
-dt_status dt_export_open(const char *source_path, const char *cache_dir, dt_export_src *out,
-                         dt_err *err)
+dt_status dt_service_export_open(const char *source_path, const char *cache_dir,
+                                 dt_service_export_src *out, dt_err *err)
 {
     out->fd = -1;
     out->size = 0;
@@ -144,13 +145,13 @@ dt_status dt_export_open(const char *source_path, const char *cache_dir, dt_expo
     if (st == DT_OK && out->fd < 0)
         st = dt_err_set(err, DT_EIO, "%s: vanished right after it was written", path);
     if (st != DT_OK) {
-        dt_export_close(out);
+        dt_service_export_close(out);
         return st;
     }
     struct stat cst;
     if (fstat(out->fd, &cst) != 0) {
         st = dt_err_set(err, DT_EIO, "%s: %s", path, strerror(errno));
-        dt_export_close(out);
+        dt_service_export_close(out);
         return st;
     }
     out->size = (uint64_t)cst.st_size;
@@ -158,8 +159,8 @@ dt_status dt_export_open(const char *source_path, const char *cache_dir, dt_expo
     return DT_OK;
 }
 
-dt_status dt_export_read(const dt_export_src *s, uint64_t offset, size_t max, char **out,
-                         size_t *len, dt_err *err)
+dt_status dt_service_export_read(const dt_service_export_src *s, uint64_t offset, size_t max,
+                                 char **out, size_t *len, dt_err *err)
 {
     *out = NULL;
     *len = 0;
@@ -191,7 +192,7 @@ dt_status dt_export_read(const dt_export_src *s, uint64_t offset, size_t max, ch
     return DT_OK;
 }
 
-void dt_export_close(dt_export_src *s)
+void dt_service_export_close(dt_service_export_src *s)
 {
     if (s->fd >= 0)
         close(s->fd);

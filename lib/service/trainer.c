@@ -4,7 +4,7 @@
  * export / evaluate / predict for the chief. Everything here blocks: trainer thread or thread
  * pool, never the loop.
  */
-#include "daemon_jobs_internal.h"
+#include "service/service_internal.h"
 
 #include "comm/comm.h"
 #include "config/jobspec.h"
@@ -30,9 +30,9 @@ static dt_status parse_spec(const char *text, size_t len, const char *data_root,
     return dt_jobspec_parse(text, len, &roots, spec, err);
 }
 
-dt_status dt__jobs_validate(const char *spec_json, size_t len, const char *data_root,
-                            const char *state_dir, const char *job_dir, jt_summary *out,
-                            dt_err *err)
+dt_status dt__service_validate(const char *spec_json, size_t len, const char *data_root,
+                               const char *state_dir, const char *job_dir, jt_summary *out,
+                               dt_err *err)
 {
     (void)job_dir;
     dt_jobspec spec;
@@ -71,7 +71,7 @@ static void on_epoch_begin(void *ctx, int epoch, int epochs, int64_t steps)
     ev.epoch = (uint32_t)epoch + 1;
     ev.epochs = (uint32_t)epochs;
     ev.steps = steps > 0 ? (uint64_t)steps : 0;
-    dt__jobs_run_progress(p->r, &ev);
+    dt__service_run_progress(p->r, &ev);
 }
 
 static void on_step_end(void *ctx, const dt_train_step_info *s)
@@ -96,7 +96,7 @@ static void on_step_end(void *ctx, const dt_train_step_info *s)
     metric(&ev, "samples_per_s", s->samples_per_s);
     metric(&ev, "learning_rate", s->learning_rate);
     metric(&ev, "global_step", (double)s->global_step);
-    dt__jobs_run_progress(p->r, &ev);
+    dt__service_run_progress(p->r, &ev);
 }
 
 static void on_epoch_end(void *ctx, const dt_train_epoch_info *e)
@@ -118,7 +118,7 @@ static void on_epoch_end(void *ctx, const dt_train_epoch_info *e)
             metric(&ev, "val_accuracy", e->val_accuracy);
     }
     metric(&ev, "samples_per_s", e->samples_per_s);
-    dt__jobs_run_progress(p->r, &ev);
+    dt__service_run_progress(p->r, &ev);
 }
 
 /* --- the comm -----------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ static void on_epoch_end(void *ctx, const dt_train_epoch_info *e)
 #define BROADCAST_TIMEOUT_MS 300000 /* the chief may load a checkpoint first */
 #define CONNECT_TIMEOUT_MS   30000
 
-void dt__jobs_comm_abort(void *comm, const char *why)
+void dt__service_comm_abort(void *comm, const char *why)
 {
     dt_comm_abort(comm, why);
 }
@@ -197,12 +197,12 @@ static dt_status comm_open(jrun *r, dt_train_comm *out, dt_err *err)
         *out = dt_train_comm_local();
         return DT_OK;
     }
-    dt_jobs *j = r->jobs;
-    if (!dt__jobs_comm_hub(j))
+    dt_service *j = r->jobs;
+    if (!dt__service_comm_hub(j))
         return dt_err_set(err, DT_ENOTSUP,
                           "this dtraind has no ring transport wired in, so it trains on one task "
                           "only; run a one-task cluster");
-    const dt_cluster_spec *spec = dt__jobs_spec(j);
+    const dt_cluster_spec *spec = dt__service_spec(j);
     const char **addrs = calloc((size_t)r->world, sizeof *addrs);
     const char **names = calloc((size_t)r->world, sizeof *names);
     char(*nbuf)[48] = calloc((size_t)r->world, sizeof *nbuf);
@@ -222,9 +222,9 @@ static dt_status comm_open(jrun *r, dt_train_comm *out, dt_err *err)
         .world = r->world,
         .addresses = addrs,
         .names = names,
-        .token = dt__jobs_token(j),
+        .token = dt__service_token(j),
         .session = r->session,
-        .hub = dt__jobs_comm_hub(j),
+        .hub = dt__service_comm_hub(j),
         .connect_timeout_ms = CONNECT_TIMEOUT_MS,
     };
     ring_ctx *rc = calloc(1, sizeof *rc);
@@ -279,16 +279,16 @@ static void comm_close(jrun *r, dt_train_comm *c)
 /* --- the trainer thread -------------------------------------------------------------------------
  */
 
-void dt__jobs_train_main(jrun *r)
+void dt__service_train_main(jrun *r)
 {
-    dt_jobs *j = r->jobs;
+    dt_service *j = r->jobs;
     dt_err err = {0};
     dt_jobspec spec;
     dt_trainer *t = NULL;
     dt_train_info info = {0};
     progress_ctx pc = {.r = r};
-    dt_status st = parse_spec(r->spec_json, r->spec_len, dt__jobs_data_root(j),
-                              dt__jobs_state_dir(j), &spec, &err);
+    dt_status st = parse_spec(r->spec_json, r->spec_len, dt__service_data_root(j),
+                              dt__service_state_dir(j), &spec, &err);
     bool have_spec = st == DT_OK;
     if (st == DT_OK) {
         dt_train_opts o = dt_train_opts_default();
@@ -304,8 +304,9 @@ void dt__jobs_train_main(jrun *r)
     if (st == DT_OK)
         dt_train_get_info(t, &info);
     dt_err perr = {0};
-    dt_status pst = dt__jobs_run_prepared(r, st == DT_OK, err.msg, info.local_examples,
-                                          info.params_total, (uint64_t)info.steps_per_epoch, &perr);
+    dt_status pst =
+        dt__service_run_prepared(r, st == DT_OK, err.msg, info.local_examples, info.params_total,
+                                 (uint64_t)info.steps_per_epoch, &perr);
     char hash[32] = "";
     dt_train_result res;
     memset(&res, 0, sizeof res);
@@ -328,8 +329,8 @@ void dt__jobs_train_main(jrun *r)
     dt_train_free(t);
     if (have_spec)
         dt_jobspec_destroy(&spec);
-    dt__jobs_run_finished(r, st, st == DT_OK ? "" : err.msg, hash,
-                          st == DT_OK ? res.final_path : "");
+    dt__service_run_finished(r, st, st == DT_OK ? "" : err.msg, hash,
+                             st == DT_OK ? res.final_path : "");
 }
 
 /* --- export, evaluate, predict (the chief's thread pool) -------------------------------------- */
@@ -353,12 +354,12 @@ static void temp_path(const char *dir, const char *what, const char *ext, char *
              ext);
 }
 
-dt_status dt__jobs_export(const char *weights_path, const char *job_dir, bool chunked,
-                          uint64_t offset, char **out, size_t *out_len, uint64_t *total,
-                          dt_err *err)
+dt_status dt__service_export(const char *weights_path, const char *job_dir, bool chunked,
+                             uint64_t offset, char **out, size_t *out_len, uint64_t *total,
+                             dt_err *err)
 {
-    dt_export_src src;
-    DT_TRY(dt_export_open(weights_path, job_dir, &src, err));
+    dt_service_export_src src;
+    DT_TRY(dt_service_export_open(weights_path, job_dir, &src, err));
     *total = src.size;
     dt_status st;
     if (!chunked && src.size > DT_MAX_RPC_MSG - 4096)
@@ -367,9 +368,9 @@ dt_status dt__jobs_export(const char *weights_path, const char *job_dir, bool ch
                         "that fetches them in pieces, or read %s on the chief",
                         (unsigned long long)(src.size >> 20), DT_MAX_RPC_MSG >> 20, weights_path);
     else
-        st = dt_export_read(&src, chunked ? offset : 0, chunked ? DT_EXPORT_CHUNK : src.size, out,
-                            out_len, err);
-    dt_export_close(&src);
+        st = dt_service_export_read(&src, chunked ? offset : 0,
+                                    chunked ? DT_EXPORT_CHUNK : src.size, out, out_len, err);
+    dt_service_export_close(&src);
     return st;
 }
 
@@ -390,10 +391,10 @@ static bool is_checkpoint_of(const char *dir, const char *path)
     return strcmp(p, ".safetensors") == 0;
 }
 
-dt_status dt__jobs_export_checkpoint(const char *spec_json, const char *data_root,
-                                     const char *state_dir, const char *job_dir, const char *pin,
-                                     bool chunked, uint64_t offset, char **out, size_t *out_len,
-                                     uint64_t *total, char **path, uint64_t *step, dt_err *err)
+dt_status dt__service_export_checkpoint(const char *spec_json, const char *data_root,
+                                        const char *state_dir, const char *job_dir, const char *pin,
+                                        bool chunked, uint64_t offset, char **out, size_t *out_len,
+                                        uint64_t *total, char **path, uint64_t *step, dt_err *err)
 {
     dt_jobspec spec;
     DT_TRY(parse_spec(spec_json, strlen(spec_json), data_root, state_dir, &spec, err));
@@ -422,7 +423,7 @@ dt_status dt__jobs_export_checkpoint(const char *spec_json, const char *data_roo
     /* ckpt-<global step>.safetensors, as lib/train names them */
     const char *base = strrchr(*path, '/');
     *step = strtoull((base ? base + 1 : *path) + strlen("ckpt-"), NULL, 10);
-    st = dt__jobs_export(*path, job_dir, chunked, offset, out, out_len, total, err);
+    st = dt__service_export(*path, job_dir, chunked, offset, out, out_len, total, err);
     if (st == DT_ENOENT && !(pin && *pin)) {
         /* The latest was rotated away between the listing and the open: take the new latest. */
         free(*path);
@@ -430,7 +431,7 @@ dt_status dt__jobs_export_checkpoint(const char *spec_json, const char *data_roo
         DT_TRY(dt_train_latest_checkpoint(dir, path, err));
         base = strrchr(*path, '/');
         *step = strtoull((base ? base + 1 : *path) + strlen("ckpt-"), NULL, 10);
-        st = dt__jobs_export(*path, job_dir, chunked, offset, out, out_len, total, err);
+        st = dt__service_export(*path, job_dir, chunked, offset, out, out_len, total, err);
     }
     if (st == DT_ENOENT && pin && *pin)
         dt_err_set(err, DT_ENOENT,
@@ -453,9 +454,10 @@ static dt_status parse_data(const char *data_json, cJSON **out, dt_err *err)
     return DT_OK;
 }
 
-dt_status dt__jobs_evaluate(const char *spec_json, const char *weights_path, const char *data_json,
-                            const char *data_root, const char *state_dir, uint32_t batch_size,
-                            jmetric *metrics, int *nmetrics, uint64_t *examples, dt_err *err)
+dt_status dt__service_evaluate(const char *spec_json, const char *weights_path,
+                               const char *data_json, const char *data_root, const char *state_dir,
+                               uint32_t batch_size, jmetric *metrics, int *nmetrics,
+                               uint64_t *examples, dt_err *err)
 {
     dt_jobspec spec;
     DT_TRY(parse_spec(spec_json, strlen(spec_json), data_root, state_dir, &spec, err));
@@ -480,10 +482,11 @@ dt_status dt__jobs_evaluate(const char *spec_json, const char *weights_path, con
     return st;
 }
 
-dt_status dt__jobs_predict(const char *spec_json, const char *weights_path, const char *data_json,
-                           const char *data_root, const char *state_dir, const char *job_dir,
-                           uint32_t batch_size, const char *format, char **out, size_t *out_len,
-                           uint64_t *rows, uint64_t *cols, dt_err *err)
+dt_status dt__service_predict(const char *spec_json, const char *weights_path,
+                              const char *data_json, const char *data_root, const char *state_dir,
+                              const char *job_dir, uint32_t batch_size, const char *format,
+                              char **out, size_t *out_len, uint64_t *rows, uint64_t *cols,
+                              dt_err *err)
 {
     bool csv = format && strcmp(format, "csv") == 0;
     if (format && *format && !csv && strcmp(format, "npy") != 0)

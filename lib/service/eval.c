@@ -1,5 +1,5 @@
 /* daemon_eval.c - the evaluator task's loop (see daemon_eval.h). */
-#include "daemon_eval.h"
+#include "service/service.h"
 
 #include "config/jobspec.h"
 #include "core/buf.h"
@@ -36,7 +36,7 @@ static void on_signal(int signum)
 }
 
 typedef struct evaluator {
-    const dt_daemon_eval_opts *o;
+    const dt_service_eval_opts *o;
     dt_rpc_channel *ch;
     char chief[DT_MAX_ADDRESS + 64]; /* "worker:0 at 10.0.0.1:7000", for messages */
     bool chief_down;                 /* an outage was logged; say when it ends */
@@ -226,7 +226,7 @@ static void poll_once(evaluator *e)
     dt_export_info_destroy(&x);
 }
 
-static void write_ready(const dt_daemon_eval_opts *o)
+static void write_ready(const dt_service_eval_opts *o)
 {
     if (!o->ready_file)
         return;
@@ -239,9 +239,9 @@ static void write_ready(const dt_daemon_eval_opts *o)
         DT_WARN("eval", "--ready-file: %s", err.msg);
 }
 
-int dt_daemon_eval_run(const dt_daemon_eval_opts *opts)
+int dt_service_eval_run(const dt_service_eval_opts *opts)
 {
-    dt_daemon_eval_opts o = *opts;
+    dt_service_eval_opts o = *opts;
     if (o.interval_ms <= 0)
         o.interval_ms = 5000;
     evaluator e = {.o = &o};

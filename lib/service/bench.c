@@ -7,7 +7,7 @@
  * session, runs the sizes and reports its times; the coordinator keeps the slowest rank's time
  * per size. Both calls run on a thread each and answer through the loop (uv_async).
  */
-#include "daemon_comm.h"
+#include "service/service.h"
 
 #include "comm.pb-c.h"
 #include "core/clock.h"
@@ -31,7 +31,7 @@
 #define MAX_WARMUP             100000
 
 typedef struct bench_job {
-    dt_daemon_comm *d;
+    dt_service_bench *d;
     dt_rpc_call *call;
     int coordinator;
     Dtrain__V1__CommBenchRequest *req;
@@ -44,7 +44,7 @@ typedef struct bench_job {
     struct bench_job *next;
 } bench_job;
 
-struct dt_daemon_comm {
+struct dt_service_bench {
     uv_loop_t *loop;
     const dt_cluster_spec *spec;
     char *token;
@@ -76,7 +76,7 @@ static void set_comm(bench_job *j, dt_comm *c)
 static dt_status open_comm(bench_job *j, uint64_t session, int world, int streams, size_t chunk,
                            dt_comm **c, dt_err *err)
 {
-    dt_daemon_comm *d = j->d;
+    dt_service_bench *d = j->d;
     dt_comm_opts o = {.rank = d->spec->self.rank,
                       .world = world,
                       .addresses = (const char *const *)d->addrs,
@@ -259,7 +259,7 @@ static void *rank_call_main(void *arg)
 {
     rank_call *rc = arg;
     pthread_setname_np(pthread_self(), "dt-bench-call");
-    dt_daemon_comm *d = rc->j->d;
+    dt_service_bench *d = rc->j->d;
     dt_rpc_channel *ch = NULL;
     /* A connection of its own: a shared one may be one a previous bench is tearing down. */
     rc->st = dt_rpc_channel_new_dedicated(d->addrs[rc->rank], d->token, &ch, &rc->err);
@@ -285,7 +285,7 @@ static uint64_t fresh_session(void)
 
 static dt_status bench_coordinate(bench_job *j, dt_err *err)
 {
-    dt_daemon_comm *d = j->d;
+    dt_service_bench *d = j->d;
     int R = d->spec->world_size;
     Dtrain__V1__CommBenchRequest q = *j->req;
     q.session = fresh_session();
@@ -357,7 +357,7 @@ static void *job_main(void *arg)
         snprintf(j->error, sizeof j->error, "%s", err.msg);
         DT_WARN("comm", "bench: %s", err.msg);
     }
-    dt_daemon_comm *d = j->d;
+    dt_service_bench *d = j->d;
     pthread_mutex_lock(&d->mu);
     for (bench_job **p = &d->running; *p; p = &(*p)->next) {
         if (*p == j) {
@@ -382,7 +382,7 @@ static void job_free(bench_job *j)
 
 static void on_async(uv_async_t *h)
 {
-    dt_daemon_comm *d = h->data;
+    dt_service_bench *d = h->data;
     pthread_mutex_lock(&d->mu);
     bench_job *list = d->done;
     d->done = NULL;
@@ -402,7 +402,7 @@ static void on_async(uv_async_t *h)
     }
 }
 
-bool dt_daemon_comm_handle_call(dt_daemon_comm *d, dt_rpc_call *call)
+bool dt_service_bench_handle_call(dt_service_bench *d, dt_rpc_call *call)
 {
     const char *m = dt_rpc_call_method(call);
     int coord = strcmp(m, DT_RPC_COMM_BENCH) == 0;
@@ -459,10 +459,10 @@ bool dt_daemon_comm_handle_call(dt_daemon_comm *d, dt_rpc_call *call)
     return true;
 }
 
-dt_status dt_daemon_comm_new(uv_loop_t *loop, const dt_cluster_spec *spec, const char *token,
-                             dt_daemon_comm **out, dt_err *err)
+dt_status dt_service_bench_new(uv_loop_t *loop, const dt_cluster_spec *spec, const char *token,
+                               dt_service_bench **out, dt_err *err)
 {
-    dt_daemon_comm *d = calloc(1, sizeof *d);
+    dt_service_bench *d = calloc(1, sizeof *d);
     if (!d)
         return dt_err_set(err, DT_ENOMEM, "comm: out of memory");
     d->loop = loop;
@@ -479,7 +479,7 @@ dt_status dt_daemon_comm_new(uv_loop_t *loop, const dt_cluster_spec *spec, const
     }
     pthread_mutex_init(&d->mu, NULL);
     if (!d->addrs || !d->names || dt_comm_hub_new(&d->hub, err) != DT_OK) {
-        dt_daemon_comm_free(d);
+        dt_service_bench_free(d);
         return err->code ? err->code : dt_err_set(err, DT_ENOMEM, "comm: out of memory");
     }
     uv_async_init(loop, &d->async, on_async);
@@ -488,14 +488,14 @@ dt_status dt_daemon_comm_new(uv_loop_t *loop, const dt_cluster_spec *spec, const
     return DT_OK;
 }
 
-dt_comm_hub *dt_daemon_comm_hub(dt_daemon_comm *d)
+dt_comm_hub *dt_service_bench_hub(dt_service_bench *d)
 {
     return d->hub;
 }
 
 static void on_closed(uv_handle_t *h)
 {
-    dt_daemon_comm *d = h->data;
+    dt_service_bench *d = h->data;
     dt_comm_hub_free(d->hub);
     for (int i = 0; i < d->spec->world_size; i++) {
         if (d->addrs)
@@ -510,7 +510,7 @@ static void on_closed(uv_handle_t *h)
     free(d);
 }
 
-void dt_daemon_comm_free(dt_daemon_comm *d)
+void dt_service_bench_free(dt_service_bench *d)
 {
     if (!d)
         return;
