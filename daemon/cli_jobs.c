@@ -69,46 +69,6 @@ int dt_cli_job_exit(const Dtrain__V1__JobInfo *j)
     return j->state && (strcmp(j->state, "failed") == 0 || strcmp(j->state, "cancelled") == 0);
 }
 
-static void add_time(cJSON *o, const char *key, double t)
-{
-    if (t > 0)
-        cJSON_AddNumberToObject(o, key, t);
-    else
-        cJSON_AddNullToObject(o, key);
-}
-
-cJSON *dt_cli_job_json(const Dtrain__V1__JobInfo *j)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", j->id ? j->id : "");
-    cJSON_AddStringToObject(o, "name", j->name ? j->name : "");
-    cJSON_AddStringToObject(o, "state", j->state ? j->state : "");
-    cJSON_AddNumberToObject(o, "epoch", j->epoch);
-    cJSON_AddNumberToObject(o, "epochs", j->epochs);
-    cJSON_AddNumberToObject(o, "step", (double)j->step);
-    cJSON_AddNumberToObject(o, "steps_per_epoch", (double)j->steps_per_epoch);
-    cJSON_AddNumberToObject(o, "global_step", (double)j->global_step);
-    cJSON *m = cJSON_AddObjectToObject(o, "metrics");
-    for (size_t i = 0; i < j->n_metrics; i++)
-        if (strcmp(j->metrics[i]->name, "global_step") != 0)
-            cJSON_AddNumberToObject(m, j->metrics[i]->name, j->metrics[i]->value);
-    if (j->error && *j->error)
-        cJSON_AddStringToObject(o, "error", j->error);
-    else
-        cJSON_AddNullToObject(o, "error");
-    cJSON_AddNumberToObject(o, "world_size", j->world_size);
-    cJSON_AddNumberToObject(o, "examples", (double)j->examples);
-    cJSON_AddNumberToObject(o, "params", (double)j->params);
-    cJSON_AddNumberToObject(o, "restarts", j->restarts);
-    add_time(o, "submitted_unix", j->submitted_unix);
-    add_time(o, "started_unix", j->started_unix);
-    add_time(o, "finished_unix", j->finished_unix);
-    cJSON *h = cJSON_AddArrayToObject(o, "weights_hashes");
-    for (size_t i = 0; i < j->n_weights_hashes; i++)
-        cJSON_AddItemToArray(h, cJSON_CreateString(j->weights_hashes[i]));
-    return o;
-}
-
 static void print_json(cJSON *o)
 {
     char *s = cJSON_Print(o);
@@ -264,7 +224,7 @@ int dt_cli_submit(int argc, char **argv)
         char id[64];
         snprintf(id, sizeof id, "%s", rep->job->id);
         if (o.json && !watch)
-            print_json(dt_cli_job_json(rep->job));
+            print_json(dt_service_job_json(rep->job));
         else if (!o.json)
             printf("job %s (%s) submitted: %s\n", rep->job->id, rep->job->name, rep->job->state);
         fflush(stdout);
@@ -324,7 +284,7 @@ int dt_cli_jobs(int argc, char **argv)
         cJSON *out = cJSON_CreateObject();
         cJSON *arr = cJSON_AddArrayToObject(out, "jobs");
         for (size_t i = 0; i < rep->n_jobs; i++)
-            cJSON_AddItemToArray(arr, dt_cli_job_json(rep->jobs[i]));
+            cJSON_AddItemToArray(arr, dt_service_job_json(rep->jobs[i]));
         print_json(out);
     } else if (rc == 0) {
         printf("%-6s %-24s %-10s %-7s %-13s %-8s %-8s %s\n", "ID", "NAME", "STATE", "EPOCH", "STEP",
@@ -485,7 +445,7 @@ int dt_cli_status(int argc, char **argv)
                      (ProtobufCMessage **)&rep, 0);
     if (rc == 0 && rep->job) {
         if (o.json)
-            print_json(dt_cli_job_json(rep->job));
+            print_json(dt_service_job_json(rep->job));
         else
             print_status(rep->job);
         rc = dt_cli_job_exit(rep->job);
@@ -557,7 +517,7 @@ int dt_cli_cancel(int argc, char **argv)
     if (rc == 0 && rep->job) {
         const Dtrain__V1__JobInfo *j = rep->job;
         if (o.json)
-            print_json(dt_cli_job_json(j));
+            print_json(dt_service_job_json(j));
         if (strcmp(j->state, "cancelled") == 0) {
             if (!o.json)
                 printf("job %s (%s) cancelled\n", j->id, j->name);

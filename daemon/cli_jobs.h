@@ -1,6 +1,7 @@
 /*
  * cli_jobs.h - shared by the job verbs of the CLI (daemon/cli_jobs*.c): the connection to the
- * chief, the options every job verb takes, exit codes from RPC errors, and the job as JSON.
+ * chief, the options every job verb takes, exit codes from RPC errors. Jobs and events as JSON
+ * come from the service (dt_service_job_json, dt_service_event_json), which stores them so too.
  * Single-threaded, like the whole CLI.
  */
 #ifndef DT_DAEMON_CLI_JOBS_H
@@ -9,6 +10,7 @@
 #include "cli.h"
 #include "jobs.pb-c.h"
 #include "rpc/rpc.h"
+#include "service/service.h"
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -37,9 +39,6 @@ dt_status dt_cli_watch_poll(dt_cli_conn *c, const char *id, uint64_t after,
 /* The call failed before a connection existed, so the request was never sent. */
 bool dt_cli_not_connected(const dt_err *err);
 
-/* The job as DESIGN's `status --json` object ({"id", "name", "state", "epoch", "step",
- * "metrics", "error", ...}). */
-cJSON *dt_cli_job_json(const Dtrain__V1__JobInfo *j);
 /* Exit code for a job's state: 0 unless failed or cancelled (1). */
 int dt_cli_job_exit(const Dtrain__V1__JobInfo *j);
 bool dt_cli_job_terminal(const char *state);

@@ -136,25 +136,7 @@ static void event_tty(bar *b, const Dtrain__V1__JobEvent *e)
 static void event_plain(const bar *b, const Dtrain__V1__JobEvent *e)
 {
     /* Not a terminal: one line per event, as JSON, so scripts and logs can read it. */
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "job", b->id);
-    cJSON_AddNumberToObject(o, "seq", (double)e->seq);
-    cJSON_AddStringToObject(o, "kind", e->kind);
-    cJSON_AddNumberToObject(o, "epoch", e->epoch);
-    cJSON_AddNumberToObject(o, "epochs", e->epochs);
-    cJSON_AddNumberToObject(o, "step", (double)e->step);
-    cJSON_AddNumberToObject(o, "steps", (double)e->steps);
-    if (strcmp(e->kind, "state") == 0) {
-        cJSON_AddStringToObject(o, "state", e->state);
-        if (e->message && *e->message)
-            cJSON_AddStringToObject(o, "message", e->message);
-    } else {
-        cJSON *m = cJSON_AddObjectToObject(o, "metrics");
-        for (size_t i = 0; i < e->n_metrics; i++)
-            cJSON_AddNumberToObject(m, e->metrics[i]->name, e->metrics[i]->value);
-        cJSON_AddNumberToObject(o, "elapsed_s", e->elapsed_s);
-    }
-    cJSON_AddNumberToObject(o, "time_unix", e->time_unix);
+    cJSON *o = dt_service_event_json(b->id, e);
     char *s = cJSON_PrintUnformatted(o);
     printf("%s\n", s);
     free(s);

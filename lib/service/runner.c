@@ -1,7 +1,8 @@
 /*
- * daemon_jobs_runner.c - this daemon's part of a job: JobRunner.Start spawns the trainer thread
- * (one at a time), JobRunner.Cancel sets its cancel flag and aborts its communicator, and the
- * trainer thread's reports to the chief (Prepared, polled until GO; Finished, retried).
+ * runner.c - this daemon's part of a job: JobRunner.Start spawns the trainer thread (one at a
+ * time), JobRunner.Cancel sets its cancel flag and aborts its communicator, and the hooks the
+ * trainer reports through: to the chief over gRPC (Prepared, polled until GO; Finished,
+ * retried), and rank 0's progress to the service's hook.
  */
 #include "service/service_internal.h"
 
@@ -19,6 +20,27 @@
 #define CHIEF_SILENCE_MS  30000            /* the chief unreachable this long: give up */
 #define FINISHED_RETRY_MS 10000
 #define CANCEL_ABORT_MS   3000 /* a cancelled trainer still running then: abort its ring */
+
+/* One run of a job on this daemon; the trainer thread reads it through its task. */
+struct jrun {
+    runner *rn;
+    char id[JOB_ID_LEN];
+    char *spec_json;
+    uint64_t generation;
+    char job_dir[4096]; /* <state-dir>/jobs/ID */
+    trainer_task task;
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool cancel;   /* set by Cancel; the trainer checks it every step */
+    atomic_int finished;  /* the trainer thread has returned */
+    atomic_bool reported; /* it is reporting Finished: nothing left but to return */
+    pthread_mutex_t mu;   /* guards comm (for abort) and cancel_reason */
+    dt_comm *comm;        /* the ring while fitting, else NULL */
+    char cancel_reason[256];
+    int64_t cancel_at_ms;
+    atomic_bool stopping;  /* the daemon is stopping: no more reports (its loop is joining us) */
+    dt_rpc_channel *chief; /* to the chief (its own address on rank 0) */
+};
 
 static void run_free(jrun *r)
 {
@@ -42,7 +64,7 @@ static void cancel_run(jrun *r, const char *reason, bool abort_now)
     }
     atomic_store(&r->cancel, true);
     if (r->comm && abort_now)
-        dt__service_comm_abort(r->comm, r->cancel_reason);
+        dt_comm_abort(r->comm, r->cancel_reason);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -50,14 +72,14 @@ static void *trainer_main(void *arg)
 {
     jrun *r = arg;
     pthread_setname_np(pthread_self(), "dt-train");
-    dt__service_train_main(r);
+    dt__service_trainer_main(&r->task);
     atomic_store(&r->finished, 1);
     return NULL;
 }
 
-void dt__service_runner_reap(dt_service *j)
+void dt__service_runner_reap(runner *rn)
 {
-    jrun *r = j->run;
+    jrun *r = rn->run;
     if (r && !atomic_load(&r->finished) && atomic_load(&r->cancel) &&
         dt_now_ms() - r->cancel_at_ms > CANCEL_ABORT_MS)
         cancel_run(r, NULL, true);
@@ -65,11 +87,58 @@ void dt__service_runner_reap(dt_service *j)
         return;
     if (r->thread_started)
         pthread_join(r->thread, NULL);
-    j->run = NULL;
+    rn->run = NULL;
     run_free(r);
 }
 
-void dt__service_runner_start(dt_service *j, dt_rpc_call *call)
+static dt_status report_prepared(void *ctx, bool ok, const char *error, uint64_t examples,
+                                 uint64_t params, uint64_t steps_per_epoch, dt_err *err);
+static void report_progress(void *ctx, const jevent *ev);
+static void report_comm(void *ctx, dt_comm *c);
+static void report_finished(void *ctx, dt_status st, const char *error, const char *weights_hash,
+                            const char *weights_path);
+
+/* The run of a Start request, with its task and channel to the chief; not started. */
+static dt_status run_new(runner *rn, const Dtrain__V1__StartJobRequest *req, jrun **out,
+                         dt_err *err)
+{
+    jrun *r = calloc(1, sizeof *r);
+    if (!r || !(r->spec_json = strdup(req->spec_json ? req->spec_json : ""))) {
+        free(r);
+        return dt_err_set(err, DT_ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    r->rn = rn;
+    snprintf(r->id, sizeof r->id, "%s", req->id);
+    r->generation = req->generation;
+    r->task = (trainer_task){
+        .spec_json = r->spec_json,
+        .spec_len = strlen(r->spec_json),
+        .rank = (int)req->rank,
+        .world = (int)req->world_size,
+        .resume = req->resume,
+        .job_dir = r->job_dir,
+        .data_root = rn->data_root,
+        .state_dir = rn->state_dir,
+        .cancel = &r->cancel,
+        .cancel_reason = r->cancel_reason,
+        .cluster = rn->spec,
+        .token = rn->token,
+        .session = req->session,
+        .hub = rn->hub,
+        .hooks = {.ctx = r,
+                  .prepared = report_prepared,
+                  .progress = report_progress,
+                  .comm = report_comm,
+                  .finished = report_finished},
+    };
+    *out = r;
+    const dt_task *chief = dt_tfconfig_by_rank(rn->spec, 0);
+    DT_TRY(dt__service_mkdirs(rn->state_dir, r->id, r->job_dir, sizeof r->job_dir, err));
+    return dt_rpc_channel_new(chief->address, rn->token, &r->chief, err);
+}
+
+void dt__service_runner_start(runner *rn, dt_rpc_call *call)
 {
     Dtrain__V1__StartJobRequest *req = NULL;
     if (dt_rpc_call_unpack(call, &dtrain__v1__start_job_request__descriptor,
@@ -77,12 +146,12 @@ void dt__service_runner_start(dt_service *j, dt_rpc_call *call)
         return;
     char msg[2 * DT_ERR_LEN] = "";
     dt_status st = DT_OK;
-    dt__service_runner_reap(j);
-    if (j->run && (strcmp(j->run->id, req->id) != 0 || j->run->generation != req->generation)) {
+    dt__service_runner_reap(rn);
+    if (rn->run && (strcmp(rn->run->id, req->id) != 0 || rn->run->generation != req->generation)) {
         /* The chief starts another run, so the one here is over for it: either it reported
          * Finished and has nothing left but to return, or the chief restarted (or lost it)
          * and it is stale. Stop it, without a report, and wait a little for its thread. */
-        jrun *old = j->run;
+        jrun *old = rn->run;
         if (!atomic_load(&old->reported)) {
             DT_WARN("jobs", "job %s: stopping a stale run (the chief now starts job %s)", old->id,
                     req->id);
@@ -100,56 +169,40 @@ void dt__service_runner_start(dt_service *j, dt_rpc_call *call)
         }
         if (pthread_timedjoin_np(old->thread, NULL, &ts) == 0) {
             run_free(old);
-            j->run = NULL;
+            rn->run = NULL;
         }
     }
-    if (j->run && strcmp(j->run->id, req->id) == 0 && j->run->generation == req->generation) {
+    if (rn->run && strcmp(rn->run->id, req->id) == 0 && rn->run->generation == req->generation) {
         /* a retried Start: already running */
-    } else if (j->run) {
+    } else if (rn->run) {
         st = DT_ESTATE;
-        snprintf(msg, sizeof msg, "this task is still stopping job %s; try again", j->run->id);
-    } else if ((int)req->rank != j->self_rank || (int)req->world_size != j->spec->world_size) {
+        snprintf(msg, sizeof msg, "this task is still stopping job %s; try again", rn->run->id);
+    } else if ((int)req->rank != rn->spec->self.rank ||
+               (int)req->world_size != rn->spec->world_size) {
         st = DT_EINVAL;
         snprintf(msg, sizeof msg,
                  "the chief sees this task as rank %u of %u, but it is rank %d of %d: are the "
                  "TF_CONFIGs the same everywhere?",
-                 req->rank, req->world_size, j->self_rank, j->spec->world_size);
+                 req->rank, req->world_size, rn->spec->self.rank, rn->spec->world_size);
     } else if (!req->id || !*req->id || strlen(req->id) >= JOB_ID_LEN ||
                strspn(req->id, "0123456789") != strlen(req->id)) {
         st = DT_EINVAL;
         snprintf(msg, sizeof msg, "bad job id");
     } else {
-        jrun *r = calloc(1, sizeof *r);
+        jrun *r = NULL;
         dt_err err = {0};
-        if (!r || !(r->spec_json = strdup(req->spec_json ? req->spec_json : ""))) {
-            free(r);
-            st = DT_ENOMEM;
-            snprintf(msg, sizeof msg, "out of memory");
+        st = run_new(rn, req, &r, &err);
+        if (st == DT_OK && pthread_create(&r->thread, NULL, trainer_main, r) != 0)
+            st = dt_err_set(&err, DT_ENOMEM, "could not start the trainer thread: %s",
+                            strerror(errno));
+        if (st != DT_OK) {
+            snprintf(msg, sizeof msg, "%s", err.msg);
+            run_free(r);
         } else {
-            r->jobs = j;
-            snprintf(r->id, sizeof r->id, "%s", req->id);
-            r->spec_len = strlen(r->spec_json);
-            r->generation = req->generation;
-            r->session = req->session;
-            r->rank = (int)req->rank;
-            r->world = (int)req->world_size;
-            r->resume = req->resume;
-            pthread_mutex_init(&r->mu, NULL);
-            const dt_task *chief = dt_tfconfig_by_rank(j->spec, 0);
-            st = dt__service_job_mkdirs(j->state_dir, r->id, r->job_dir, sizeof r->job_dir, &err);
-            if (st == DT_OK)
-                st = dt_rpc_channel_new(chief->address, j->token, &r->chief, &err);
-            if (st == DT_OK && pthread_create(&r->thread, NULL, trainer_main, r) != 0)
-                st = dt_err_set(&err, DT_ENOMEM, "could not start the trainer thread: %s",
-                                strerror(errno));
-            if (st != DT_OK) {
-                snprintf(msg, sizeof msg, "%s", err.msg);
-                run_free(r);
-            } else {
-                r->thread_started = true;
-                j->run = r;
-                DT_INFO("jobs", "job %s: preparing as rank %d of %d", r->id, r->rank, r->world);
-            }
+            r->thread_started = true;
+            rn->run = r;
+            DT_INFO("jobs", "job %s: preparing as rank %d of %d", r->id, r->task.rank,
+                    r->task.world);
         }
     }
     if (st != DT_OK) {
@@ -161,24 +214,24 @@ void dt__service_runner_start(dt_service *j, dt_rpc_call *call)
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-void dt__service_runner_cancel(dt_service *j, dt_rpc_call *call)
+void dt__service_runner_cancel(runner *rn, dt_rpc_call *call)
 {
     Dtrain__V1__CancelJobRequest *req = NULL;
     if (dt_rpc_call_unpack(call, &dtrain__v1__cancel_job_request__descriptor,
                            (ProtobufCMessage **)&req) != DT_OK)
         return;
-    if (j->run && strcmp(j->run->id, req->id) == 0 && !atomic_load(&j->run->finished)) {
+    if (rn->run && strcmp(rn->run->id, req->id) == 0 && !atomic_load(&rn->run->finished)) {
         DT_INFO("jobs", "job %s: stopping (%s)", req->id, req->reason);
-        cancel_run(j->run, req->reason, false);
+        cancel_run(rn->run, req->reason, false);
     }
     Dtrain__V1__Ack ack = DTRAIN__V1__ACK__INIT;
     dt_rpc_call_reply(call, &ack.base);
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-void dt__service_runner_stop(dt_service *j, int64_t timeout_ms)
+void dt__service_runner_stop(runner *rn, int64_t timeout_ms)
 {
-    jrun *r = j->run;
+    jrun *r = rn->run;
     if (!r)
         return;
     atomic_store(&r->stopping, true);
@@ -197,22 +250,23 @@ void dt__service_runner_stop(dt_service *j, int64_t timeout_ms)
             DT_WARN("jobs", "job %s: the trainer did not stop within %lld ms; leaving it", r->id,
                     (long long)timeout_ms);
             pthread_detach(r->thread);
-            j->run = NULL;
+            rn->run = NULL;
             return;
         }
     }
-    j->run = NULL;
+    rn->run = NULL;
     run_free(r);
 }
 
 /* --- the trainer thread's reports ------------------------------------------------------------- */
 
-dt_status dt__service_run_prepared(jrun *r, bool ok, const char *error, uint64_t examples,
-                                   uint64_t params, uint64_t steps_per_epoch, dt_err *err)
+static dt_status report_prepared(void *ctx, bool ok, const char *error, uint64_t examples,
+                                 uint64_t params, uint64_t steps_per_epoch, dt_err *err)
 {
+    jrun *r = ctx;
     Dtrain__V1__PreparedRequest req = DTRAIN__V1__PREPARED_REQUEST__INIT;
     req.id = r->id;
-    req.rank = (uint32_t)r->rank;
+    req.rank = (uint32_t)r->task.rank;
     req.ok = ok;
     req.error = (char *)(error ? error : "");
     req.examples = examples;
@@ -248,12 +302,30 @@ dt_status dt__service_run_prepared(jrun *r, bool ok, const char *error, uint64_t
     return dt_err_set(err, DT_ETIMEDOUT, "the other tasks did not finish preparing in time");
 }
 
-void dt__service_run_finished(jrun *r, dt_status st, const char *error, const char *weights_hash,
-                              const char *weights_path)
+/* Rank 0's progress goes to the service, unless the daemon is stopping (its loop may be
+ * closing the handle that would carry it). */
+static void report_progress(void *ctx, const jevent *ev)
 {
+    jrun *r = ctx;
+    if (!atomic_load(&r->stopping))
+        r->rn->progress(r->rn->ctx, r->id, ev);
+}
+
+static void report_comm(void *ctx, dt_comm *c)
+{
+    jrun *r = ctx;
+    pthread_mutex_lock(&r->mu);
+    r->comm = c;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void report_finished(void *ctx, dt_status st, const char *error, const char *weights_hash,
+                            const char *weights_path)
+{
+    jrun *r = ctx;
     Dtrain__V1__FinishedRequest req = DTRAIN__V1__FINISHED_REQUEST__INIT;
     req.id = r->id;
-    req.rank = (uint32_t)r->rank;
+    req.rank = (uint32_t)r->task.rank;
     req.code = (int32_t)st;
     req.error = (char *)(error ? error : "");
     req.weights_hash = (char *)(weights_hash ? weights_hash : "");
@@ -270,13 +342,13 @@ void dt__service_run_finished(jrun *r, dt_status st, const char *error, const ch
         }
         if (dt_deadline_passed(until)) {
             DT_WARN("jobs", "job %s: could not tell the chief that rank %d ended: %s", r->id,
-                    r->rank, e.msg);
+                    r->task.rank, e.msg);
             break;
         }
         dt_sleep_ms(300);
     }
     if (st == DT_OK)
-        DT_INFO("jobs", "job %s: rank %d done", r->id, r->rank);
+        DT_INFO("jobs", "job %s: rank %d done", r->id, r->task.rank);
     else
-        DT_INFO("jobs", "job %s: rank %d ended: %s", r->id, r->rank, error);
+        DT_INFO("jobs", "job %s: rank %d ended: %s", r->id, r->task.rank, error);
 }

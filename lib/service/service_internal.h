@@ -1,9 +1,27 @@
-/* service_internal.h - shared by the files of lib/service only (see service.h). */
+/*
+ * service_internal.h - shared by the files of lib/service only (see service.h).
+ *
+ * The files, lowest first; each calls only those above it, and reaches those below through the
+ * hooks it is given:
+ *   record.c   a job's persisted record, its events and the queue: pure state, no I/O
+ *   json.c     records and events on the wire (JobInfo, JobEvent) and as JSON
+ *   store.c    records on disk: <state-dir>/jobs/ID/{spec,state}.json, events.jsonl
+ *   work.c     blocking work on libuv's pool: validate, export, evaluate, predict
+ *   trainer.c  the trainer thread's body and its ring adapter; reports through its hooks
+ *   runner.c   this daemon's part of a job (JobRunner.Start / Cancel), which owns the trainer
+ *              thread and gives it hooks that report to the chief over gRPC
+ *   sched.c    the chief's scheduler: starting the queued job on every rank, the ranks'
+ *              Prepared / Finished reports, ending a job, watchers
+ *   api.c      the Jobs methods the CLI calls
+ *   jobs.c     the service object: the thread pool, the timer, routing, lifetime
+ * bench.c, eval.c and export_serve.c stand alone.
+ */
 #ifndef DT_SERVICE_INTERNAL_H
 #define DT_SERVICE_INTERNAL_H
 
 #include "service/service.h"
 
+#include "config/jobspec.h"
 #include "jobs.pb-c.h"
 
 #include <pthread.h>
@@ -26,6 +44,9 @@
 #define DT_RPC_RUN_CANCEL    "/dtrain.v1.JobRunner/Cancel"
 #define DT_RPC_RUN_PREPARED  "/dtrain.v1.JobRunner/Prepared"
 #define DT_RPC_RUN_FINISHED  "/dtrain.v1.JobRunner/Finished"
+
+/* --- record.c: jobs as state ---------------------------------------------------------------------
+ */
 
 typedef enum job_state {
     JOB_QUEUED = 0,
@@ -55,14 +76,11 @@ typedef struct jevent {
     double time_unix;
 } jevent;
 
-/* --- the chief's jobs (daemon_jobs.c) and their files (daemon_jobs_store.c) ----------------- */
-
-typedef struct job job;
-struct job {
-    job *next;
+/* What is persisted (state.json, spec.json) and what `dtrain status` shows. */
+typedef struct job_record {
     char id[JOB_ID_LEN];
     char name[128];
-    char *spec_json;
+    char *spec_json; /* owned */
     size_t spec_len;
     job_state state;
     uint32_t epoch, epochs;
@@ -74,45 +92,127 @@ struct job {
     uint32_t world;
     uint64_t examples, params;
     char weights_path[4096];
-    char **hashes;     /* per rank, once finished */
-    uint32_t restarts; /* resumed after a chief restart this many times */
-    bool resume;       /* the next start resumes from the latest checkpoint */
+    char **hashes; /* per rank once started ("" until it reports), owned */
     int nhashes;
-    /* progress events: a ring of JOB_MAX_EVENTS, oldest at ev0 */
+    uint32_t restarts; /* resumed after a chief restart this many times */
+} job_record;
+
+/* The progress events kept for watchers: a ring of JOB_MAX_EVENTS, oldest at ev0. */
+typedef struct job_events {
     jevent *ev;
     size_t ev0, nev;
-    uint64_t next_seq;
-    /* while it runs (the loop's bookkeeping, not persisted) */
+    uint64_t next_seq; /* the last seq given */
+} job_events;
+
+/* The loop's bookkeeping while the job holds the cluster (preparing, running, or ending until
+ * every rank has reported); not persisted. */
+typedef struct job_active {
     uint64_t generation, session;
-    uint64_t *incarnations;
-    uint8_t *prepared, *done;
+    uint32_t world;
+    uint64_t *incarnations; /* [world] each rank's daemon when the job started */
+    uint8_t *prepared;      /* [world] */
+    uint8_t *done;          /* [world] reported Finished, or will never report */
     int nprepared, ndone;
     bool cancel_requested;
+    int64_t cancel_at_ms;  /* cancel requested: call it cancelled after this */
     int64_t release_at_ms; /* terminal: give up waiting for the ranks' Finished after this */
-    int64_t cancel_at_ms;
-    atomic_bool stopping;
-    /* the daemon is stopping: no more reports (its loop is joining us) */ /* cancel requested:
-                                                                              call it cancelled
-                                                                              after this */
     int64_t prepare_by_ms;
     int64_t saved_ms; /* last state.json write of progress */
+} job_active;
+
+typedef struct job job;
+struct job {
+    job *next;
+    job_record rec;
+    job_events events;
+    bool resume;     /* the next start resumes from the latest checkpoint */
+    job_active *act; /* while it holds the cluster, else NULL */
 };
 
-const char *dt__service_job_state_name(job_state s);
-bool dt__service_job_terminal(const job *jb);
+/* The chief's jobs, oldest first. */
+typedef struct job_queue {
+    job *head, *tail;
+    uint64_t next_id;
+} job_queue;
+
+const char *dt__service_state_name(job_state s);
+bool dt__service_state_parse(const char *name, job_state *out);
+bool dt__service_terminal(const job *jb);
+/* Whether a job may go from one state to another: queued -> preparing -> running -> an end,
+ * any live state -> failed or cancelled, and preparing/running -> queued when a restarted chief
+ * resumes it. Nothing leaves an end. */
+bool dt__service_can_move(job_state from, job_state to);
+/* Moves jb to state to, or leaves it and returns false when the move is not allowed. */
+bool dt__service_move(job *jb, job_state to);
+
+job *dt__service_job_new(void);
+void dt__service_job_free(job *jb); /* NULL-safe */
+
+/* Appends ev to the events (dropping the oldest past JOB_MAX_EVENTS), numbers it and stamps
+ * its time when it has none. Takes ev->message. */
+void dt__service_events_add(job_events *e, jevent *ev);
+/* The i-th event kept (0: the oldest), or NULL past the last. */
+const jevent *dt__service_events_at(const job_events *e, size_t i);
+void dt__service_events_destroy(job_events *e);
+
+/* A progress event from rank 0 into the record: epoch, step and the metrics it carries. */
+void dt__service_record_progress(job_record *rec, const jevent *ev);
+
+/* The bookkeeping of a start on world ranks: clears the hashes, prepared and done. */
+dt_status dt__service_activate(job *jb, uint32_t world, dt_err *err);
+void dt__service_deactivate(job *jb);
+
+/* A rank will not report (it died, or it failed before it ran); false when it was counted. */
+bool dt__service_rank_done(job *jb, uint32_t rank);
+
+job *dt__service_queue_find(const job_queue *q, const char *ref); /* an id, or a name: its latest */
+job *dt__service_queue_next(const job_queue *q);                  /* the oldest queued job */
+void dt__service_queue_append(job_queue *q, job *jb);
+void dt__service_queue_destroy(job_queue *q);
+/* Adds the jobs loaded from disk (oldest first; the queue takes them) after the bookkeeping of
+ * a chief restart: a job that was preparing or running is queued again to resume from its
+ * latest checkpoint, or fails once it has been resumed max_restarts times. *changed[i] says
+ * that list[i] must be saved. */
+void dt__service_queue_recover(job_queue *q, job **list, int n, uint32_t max_restarts,
+                               bool *changed);
+
+/* --- json.c: on the wire
+ * --------------------------------------------------------------------------- */
+
+/* Storage for one JobInfo's arrays; strings are borrowed from the record. */
+typedef struct info_buf {
+    Dtrain__V1__JobInfo info;
+    Dtrain__V1__Metric m[JOB_MAX_METRICS];
+    Dtrain__V1__Metric *mp[JOB_MAX_METRICS];
+} info_buf;
+
+void dt__service_metrics_pb(const jmetric *src, int n, Dtrain__V1__Metric *m,
+                            Dtrain__V1__Metric **mp);
+void dt__service_job_pb(const job_record *rec, info_buf *b);
+/* m and mp hold JOB_MAX_METRICS each; strings are borrowed from ev. */
+void dt__service_event_pb(const jevent *ev, Dtrain__V1__JobEvent *o, Dtrain__V1__Metric *m,
+                          Dtrain__V1__Metric **mp);
+/* The record and event back from dt_service_job_json / dt_service_event_json (state.json and
+ * events.jsonl); keys that are missing read as empty. */
+void dt__service_record_from_json(const cJSON *o, job_record *rec);
+void dt__service_event_from_json(const cJSON *o, jevent *ev);
+
+/* --- store.c: on disk
+ * ----------------------------------------------------------------------------- */
+
 /* <state-dir>/jobs/ID, created. */
-dt_status dt__service_job_mkdirs(const char *state_dir, const char *id, char *dir, size_t n,
-                                 dt_err *err);
+dt_status dt__service_mkdirs(const char *state_dir, const char *id, char *dir, size_t n,
+                             dt_err *err);
 /* Appends a progress event (not steps) to <state-dir>/jobs/ID/events.jsonl; read back by
  * dt__service_load. */
-void dt__service_job_log_event(const char *state_dir, const job *jb, const jevent *ev);
+void dt__service_log_event(const char *state_dir, const job *jb, const jevent *ev);
 /* Writes state.json (and spec.json when with_spec) atomically. */
-dt_status dt__service_job_save(const char *state_dir, const job *jb, bool with_spec, dt_err *err);
+dt_status dt__service_save(const char *state_dir, const job *jb, bool with_spec, dt_err *err);
 /* Every job under <state-dir>/jobs, oldest first (caller frees the array and the jobs). */
 dt_status dt__service_load(const char *state_dir, job ***out, int *n, dt_err *err);
-void dt__service_job_free(job *jb);
 
-/* --- the train adapter (daemon_jobs_train.c): the only file that calls lib/train ------------- */
+/* --- work.c: blocking, on the pool
+ * ------------------------------------------------------------------ */
 
 typedef struct jt_summary {
     char name[128];
@@ -120,10 +220,101 @@ typedef struct jt_summary {
     uint64_t params;
 } jt_summary;
 
+/* Parses a spec with the daemon's roots (data_root for reads, state_dir for writes). */
+dt_status dt__service_parse_spec(const char *text, size_t len, const char *data_root,
+                                 const char *state_dir, dt_jobspec *spec, dt_err *err);
 /* Validates a spec completely (model, optimizer, loss, data, paths) without training. */
 dt_status dt__service_validate(const char *spec_json, size_t len, const char *data_root,
-                               const char *state_dir, const char *job_dir, jt_summary *out,
-                               dt_err *err);
+                               const char *state_dir, jt_summary *out, dt_err *err);
+dt_status dt__service_evaluate(const char *spec_json, const char *weights_path,
+                               const char *data_json, const char *data_root, const char *state_dir,
+                               uint32_t batch_size, jmetric *metrics, int *nmetrics,
+                               uint64_t *examples, dt_err *err);
+dt_status dt__service_predict(const char *spec_json, const char *weights_path,
+                              const char *data_json, const char *data_root, const char *state_dir,
+                              const char *job_dir, uint32_t batch_size, const char *format,
+                              char **out, size_t *out_len, uint64_t *rows, uint64_t *cols,
+                              dt_err *err);
+/* The model weights of weights_path (no optimizer slots) as safetensors bytes in *out: the whole
+ * file, or with chunked the piece at offset (DT_EXPORT_CHUNK at most); *total is the file's size.
+ * The converted file is kept in job_dir for the next piece. */
+dt_status dt__service_export(const char *weights_path, const char *job_dir, bool chunked,
+                             uint64_t offset, char **out, size_t *out_len, uint64_t *total,
+                             dt_err *err);
+/* The same for the job's latest checkpoint, or for pin (one of its checkpoints, from an earlier
+ * piece: DT_ENOENT once it is gone). *path (malloc'd) is the file, *step its global step. */
+dt_status dt__service_export_checkpoint(const char *spec_json, const char *data_root,
+                                        const char *state_dir, const char *job_dir, const char *pin,
+                                        bool chunked, uint64_t offset, char **out, size_t *out_len,
+                                        uint64_t *total, char **path, uint64_t *step, dt_err *err);
+
+/* --- trainer.c: the trainer thread's body
+ * ------------------------------------------------------------ */
+
+/* How the trainer reports; every hook runs on the trainer thread. */
+typedef struct trainer_hooks {
+    void *ctx;
+    /* This rank's preparation, then the wait for every rank's: DT_OK to train. */
+    dt_status (*prepared)(void *ctx, bool ok, const char *error, uint64_t examples, uint64_t params,
+                          uint64_t steps_per_epoch, dt_err *err);
+    /* A progress event (rank 0 only); must not block. ev->message stays the caller's. */
+    void (*progress)(void *ctx, const jevent *ev);
+    /* The ring while fit runs (a cancel aborts it), then NULL. */
+    void (*comm)(void *ctx, dt_comm *c);
+    /* The end, with the final weights' hash and path when st is DT_OK. */
+    void (*finished)(void *ctx, dt_status st, const char *error, const char *weights_hash,
+                     const char *weights_path);
+} trainer_hooks;
+
+/* One run of a job on this daemon: everything the trainer reads, borrowed for its run. */
+typedef struct trainer_task {
+    const char *spec_json;
+    size_t spec_len;
+    int rank, world;
+    bool resume;
+    const char *job_dir; /* <state-dir>/jobs/ID */
+    const char *data_root, *state_dir;
+    const atomic_bool *cancel;
+    const char *cancel_reason; /* set before *cancel */
+    /* the ring, for world > 1 */
+    const dt_cluster_spec *cluster;
+    const char *token;
+    uint64_t session;
+    dt_comm_hub *hub; /* NULL: one-task jobs only */
+    trainer_hooks hooks;
+} trainer_task;
+
+/* Prepare, report, wait for GO, fit, report: the whole run, on the calling thread. */
+void dt__service_trainer_main(const trainer_task *t);
+
+/* --- runner.c: this daemon's part of a job
+ * ---------------------------------------------------------- */
+
+typedef struct jrun jrun;
+
+typedef struct runner {
+    const dt_cluster_spec *spec;
+    const char *token, *state_dir, *data_root; /* borrowed from the service */
+    dt_comm_hub *hub;
+    /* Rank 0's progress, on its trainer thread: the chief's side takes it from here. */
+    void *ctx;
+    void (*progress)(void *ctx, const char *id, const jevent *ev);
+    jrun *run; /* the run on this daemon, or NULL (loop thread) */
+} runner;
+
+/* JobRunner.Start / Cancel (loop thread). */
+void dt__service_runner_start(runner *rn, dt_rpc_call *call);
+void dt__service_runner_cancel(runner *rn, dt_rpc_call *call);
+/* Joins a finished trainer thread, and aborts the ring of one that ignores a cancel (timer). */
+void dt__service_runner_reap(runner *rn);
+/* Cancels the run (no more reports) and joins its thread for at most timeout_ms. */
+void dt__service_runner_stop(runner *rn, int64_t timeout_ms);
+
+/* --- the service object (jobs.c, sched.c, api.c)
+ * --------------------------------------------------- */
+
+typedef struct jwatch jwatch;
+typedef struct jcall jcall;
 
 /* A progress event on its way from the trainer thread to the loop. */
 typedef struct jqitem {
@@ -131,8 +322,6 @@ typedef struct jqitem {
     char id[JOB_ID_LEN];
     jevent ev;
 } jqitem;
-
-typedef struct jwatch jwatch;
 
 struct dt_service {
     dt_service_opts o;
@@ -146,8 +335,7 @@ struct dt_service {
     uv_timer_t tick;
     uv_async_t async;
     /* the chief */
-    job *head, *tail;
-    uint64_t next_id;
+    job_queue q;
     job *active; /* the job holding the cluster (preparing, running, or ending) */
     jwatch *watchers;
     dt_rpc_channel **ch; /* by rank, created on first use */
@@ -155,94 +343,83 @@ struct dt_service {
     /* trainer thread -> loop */
     pthread_mutex_t qmu;
     jqitem *qhead, *qtail;
-    /* the runner */
-    struct jrun *run;
+    runner rn;
 };
 
-/* The runner's view of one run of a job on this daemon (the trainer thread's input). */
-typedef struct jrun jrun;
-
-/* Trainer thread body: prepare, report, wait for GO, fit, report. Calls back into the runner
- * (dt__service_run_*). */
-void dt__service_train_main(jrun *r);
-
-/* Aborts the communicator of a run (thread-safe; the caller holds jrun.mu). */
-void dt__service_comm_abort(void *comm, const char *why);
-
-/* The final weights of a job (export), evaluation and prediction; blocking, off the loop. */
-dt_status dt__service_evaluate(const char *spec_json, const char *weights_path,
-                               const char *data_json, const char *data_root, const char *state_dir,
-                               uint32_t batch_size, jmetric *metrics, int *nmetrics,
-                               uint64_t *examples, dt_err *err);
-dt_status dt__service_predict(const char *spec_json, const char *weights_path,
-                              const char *data_json, const char *data_root, const char *state_dir,
-                              const char *job_dir, uint32_t batch_size, const char *format,
-                              char **out, size_t *out_len, uint64_t *rows, uint64_t *cols,
-                              dt_err *err);
-/* The model weights of weights_path (no optimizer slots) as safetensors bytes in *out: the whole
- * file, or with chunked the piece at offset (DT_EXPORT_CHUNK at most); *total is the file's size.
- * The converted file is kept in job_dir for the next piece (lib/export). */
-dt_status dt__service_export(const char *weights_path, const char *job_dir, bool chunked,
-                             uint64_t offset, char **out, size_t *out_len, uint64_t *total,
-                             dt_err *err);
-/* The same for the job's latest checkpoint, or for pin (one of its checkpoints, from an earlier
- * piece: DT_ENOENT once it is gone). *path (malloc'd) is the file, *step its global step. */
-dt_status dt__service_export_checkpoint(const char *spec_json, const char *data_root,
-                                        const char *state_dir, const char *job_dir, const char *pin,
-                                        bool chunked, uint64_t offset, char **out, size_t *out_len,
-                                        uint64_t *total, char **path, uint64_t *step, dt_err *err);
-
-/* --- the runner (daemon_jobs_runner.c): this daemon's part of a job -------------------------- */
-
-struct jrun {
-    dt_service *jobs;
+/* A blocking call on the thread pool: an RPC to a rank, or a local job (validate, export...). */
+struct jcall {
+    uv_work_t work;
+    dt_service *j;
+    void (*run)(jcall *c);                 /* pool thread */
+    void (*done)(dt_service *j, jcall *c); /* loop thread, unless the service is closing */
+    dt_rpc_call *call;                     /* the client call to answer, if any */
     char id[JOB_ID_LEN];
-    char *spec_json;
-    size_t spec_len;
-    uint64_t generation, session;
-    int rank, world;
-    bool resume;
-    char job_dir[4096]; /* <state-dir>/jobs/ID */
-    pthread_t thread;
-    bool thread_started;
-    atomic_bool cancel;   /* set by Cancel; the trainer checks it every step */
-    atomic_int finished;  /* the trainer thread has returned */
-    atomic_bool reported; /* it is reporting Finished: nothing left but to return */
-    pthread_mutex_t mu;   /* guards comm (for abort) */
-    void *comm;           /* the ring communicator while fitting, else NULL */
-    char cancel_reason[256];
-    int64_t cancel_at_ms;
-    atomic_bool stopping;  /* the daemon is stopping: no more reports (its loop is joining us) */
-    dt_rpc_channel *chief; /* to the chief (its own address on rank 0) */
+    int rank;
+    uint64_t generation;
+    dt_status st;
+    dt_err err;
+    /* inputs */
+    char *text;  /* spec or data JSON */
+    char *text2; /* weights path, format */
+    char *text3;
+    dt_rpc_channel *ch;
+    Dtrain__V1__StartJobRequest start;
+    Dtrain__V1__CancelJobRequest cancel;
+    uint32_t batch;
+    char format[16];
+    /* outputs */
+    jt_summary sum;
+    jmetric metrics[JOB_MAX_METRICS];
+    int nmetrics;
+    uint64_t u1, u2, u3;
+    char *out;
+    size_t out_len;
+    /* export */
+    bool chunked;
+    uint64_t offset, total;
+    char *pin; /* the source the client's earlier pieces came from */
 };
 
-/* Reports this rank's preparation and waits (polling) for GO; DT_ECANCELED on ABORT or cancel,
- * with the chief's message in err. */
-dt_status dt__service_run_prepared(jrun *r, bool ok, const char *error, uint64_t examples,
-                                   uint64_t params, uint64_t steps_per_epoch, dt_err *err);
-/* A progress event from rank 0's trainer thread (copied; ev->message stays the caller's). */
-void dt__service_run_progress(jrun *r, const jevent *ev);
-/* The trainer has ended: reported to the chief (retried for a few seconds). */
-void dt__service_run_finished(jrun *r, dt_status st, const char *error, const char *weights_hash,
-                              const char *weights_path);
-/* The cluster's addresses and names by rank, for the comm. */
-const dt_cluster_spec *dt__service_spec(const dt_service *j);
-const char *dt__service_token(const dt_service *j);
-const char *dt__service_data_root(const dt_service *j);
-const char *dt__service_state_dir(const dt_service *j);
-dt_comm_hub *dt__service_comm_hub(const dt_service *j);
-
-/* Runner RPCs and lifecycle (loop thread). */
-void dt__service_runner_start(dt_service *j, dt_rpc_call *call);
-void dt__service_runner_cancel(dt_service *j, dt_rpc_call *call);
-/* Cancels the run and joins its thread for at most timeout_ms. */
-void dt__service_runner_stop(dt_service *j, int64_t timeout_ms);
-/* Joins a finished trainer thread (called from the service's timer). */
-void dt__service_runner_reap(dt_service *j);
-
-/* The chief's side (daemon_jobs.c) that the runner calls: progress from rank 0, on the loop. */
-void dt__service_chief_event(dt_service *j, const char *id, jevent *ev);
-
+/* jobs.c */
+jcall *dt__service_call_new(dt_service *j, void (*run)(jcall *),
+                            void (*done)(dt_service *, jcall *));
+void dt__service_call_queue(dt_service *j, jcall *c);
+dt_rpc_channel *dt__service_channel(dt_service *j, int rank);
+/* "worker:1 at 10.0.0.2:7000" */
 int dt__service_rank_name(const dt_service *j, int rank, char *buf, size_t n);
+/* Saves jb's state.json, logging a failure (the job goes on). */
+void dt__service_save_or_warn(dt_service *j, job *jb);
+
+/* sched.c */
+/* Appends a state event (jb's state now) and answers the watchers it wakes. */
+void dt__service_state_event(dt_service *j, job *jb, const char *message);
+/* A progress event from rank 0's trainer, on the loop. Takes ev->message. */
+void dt__service_progress(dt_service *j, const char *id, jevent *ev);
+/* Moves jb to an end (once), saves it, tells watchers, stops the ranks still going. */
+void dt__service_end(dt_service *j, job *jb, job_state st, const char *msg);
+/* Tells every rank that has not reported Finished to stop. */
+void dt__service_cancel_ranks(dt_service *j, job *jb, const char *reason);
+/* The timer's work: lost ranks, a prepare past its deadline, the end of the active job, the
+ * next start. */
+void dt__service_schedule(dt_service *j);
+void dt__service_on_prepared(dt_service *j, dt_rpc_call *call);
+void dt__service_on_finished(dt_service *j, dt_rpc_call *call);
+/* Holds a Watch call of jb for events after `after`, at most wait_ms (0: the default). */
+void dt__service_watch_add(dt_service *j, dt_rpc_call *call, const job *jb, uint64_t after,
+                           uint32_t wait_ms);
+/* Answers the held Watch calls of job id (any job when NULL) that have news or are past their
+ * deadline, or all of them when `all`. */
+void dt__service_watchers_finish(dt_service *j, const char *id, bool all);
+void dt__service_reply_watch(dt_rpc_call *call, const job *jb, uint64_t after);
+
+/* api.c: Jobs.* (the chief) */
+void dt__service_on_submit(dt_service *j, dt_rpc_call *call);
+void dt__service_on_list(dt_service *j, dt_rpc_call *call);
+void dt__service_on_status(dt_service *j, dt_rpc_call *call);
+void dt__service_on_cancel(dt_service *j, dt_rpc_call *call);
+void dt__service_on_watch(dt_service *j, dt_rpc_call *call);
+void dt__service_on_export(dt_service *j, dt_rpc_call *call);
+void dt__service_on_evaluate(dt_service *j, dt_rpc_call *call);
+void dt__service_on_predict(dt_service *j, dt_rpc_call *call);
 
 #endif

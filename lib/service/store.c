@@ -1,6 +1,7 @@
 /*
- * daemon_jobs_store.c - the chief's jobs on disk: <state-dir>/jobs/ID/spec.json (as submitted)
- * and state.json (what `dtrain status` shows), both written atomically. Loaded at start-up.
+ * store.c - the chief's jobs on disk: <state-dir>/jobs/ID/spec.json (as submitted), state.json
+ * (what `dtrain status --json` shows, from json.c), both written atomically, and events.jsonl
+ * (the events `watch --json` prints, steps left out). Loaded at start-up.
  */
 #include "service/service_internal.h"
 
@@ -17,42 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char *dt__service_job_state_name(job_state s)
-{
-    switch (s) {
-    case JOB_QUEUED:
-        return "queued";
-    case JOB_PREPARING:
-        return "preparing";
-    case JOB_RUNNING:
-        return "running";
-    case JOB_SUCCEEDED:
-        return "succeeded";
-    case JOB_FAILED:
-        return "failed";
-    case JOB_CANCELLED:
-        return "cancelled";
-    }
-    return "unknown";
-}
-
-static int state_from_name(const char *s, job_state *out)
-{
-    for (int i = JOB_QUEUED; i <= JOB_CANCELLED; i++)
-        if (s && strcmp(s, dt__service_job_state_name((job_state)i)) == 0) {
-            *out = (job_state)i;
-            return 1;
-        }
-    return 0;
-}
-
-bool dt__service_job_terminal(const job *jb)
-{
-    return jb->state >= JOB_SUCCEEDED;
-}
-
-dt_status dt__service_job_mkdirs(const char *state_dir, const char *id, char *dir, size_t n,
-                                 dt_err *err)
+dt_status dt__service_mkdirs(const char *state_dir, const char *id, char *dir, size_t n,
+                             dt_err *err)
 {
     char jobs[4096];
     snprintf(jobs, sizeof jobs, "%s/jobs", state_dir);
@@ -67,86 +34,45 @@ dt_status dt__service_job_mkdirs(const char *state_dir, const char *id, char *di
     return DT_OK;
 }
 
-dt_status dt__service_job_save(const char *state_dir, const job *jb, bool with_spec, dt_err *err)
+dt_status dt__service_save(const char *state_dir, const job *jb, bool with_spec, dt_err *err)
 {
+    const job_record *rec = &jb->rec;
     char dir[4096], path[4200];
-    DT_TRY(dt__service_job_mkdirs(state_dir, jb->id, dir, sizeof dir, err));
+    DT_TRY(dt__service_mkdirs(state_dir, rec->id, dir, sizeof dir, err));
     if (with_spec) {
         snprintf(path, sizeof path, "%s/spec.json", dir);
-        DT_TRY(dt_file_write_atomic(path, jb->spec_json, jb->spec_len, err));
+        DT_TRY(dt_file_write_atomic(path, rec->spec_json, rec->spec_len, err));
     }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", jb->id);
-    cJSON_AddStringToObject(o, "name", jb->name);
-    cJSON_AddStringToObject(o, "state", dt__service_job_state_name(jb->state));
-    cJSON_AddNumberToObject(o, "epoch", jb->epoch);
-    cJSON_AddNumberToObject(o, "epochs", jb->epochs);
-    cJSON_AddNumberToObject(o, "step", (double)jb->step);
-    cJSON_AddNumberToObject(o, "steps_per_epoch", (double)jb->steps_per_epoch);
-    cJSON_AddNumberToObject(o, "global_step", (double)jb->global_step);
-    cJSON *m = cJSON_AddObjectToObject(o, "metrics");
-    for (int i = 0; i < jb->nmetrics; i++)
-        cJSON_AddNumberToObject(m, jb->metrics[i].name, jb->metrics[i].value);
-    cJSON_AddStringToObject(o, "error", jb->error);
-    cJSON_AddNumberToObject(o, "submitted_unix", jb->submitted);
-    cJSON_AddNumberToObject(o, "started_unix", jb->started);
-    cJSON_AddNumberToObject(o, "finished_unix", jb->finished);
-    cJSON_AddNumberToObject(o, "world_size", jb->world);
-    cJSON_AddNumberToObject(o, "examples", (double)jb->examples);
-    cJSON_AddNumberToObject(o, "params", (double)jb->params);
-    cJSON_AddStringToObject(o, "weights_path", jb->weights_path);
-    cJSON_AddNumberToObject(o, "restarts", jb->restarts);
-    cJSON *h = cJSON_AddArrayToObject(o, "weights_hashes");
-    for (int i = 0; i < jb->nhashes; i++)
-        cJSON_AddItemToArray(h, cJSON_CreateString(jb->hashes[i] ? jb->hashes[i] : ""));
-    char *text = cJSON_Print(o);
+    info_buf b;
+    dt__service_job_pb(rec, &b);
+    cJSON *o = dt_service_job_json(&b.info);
+    char *text = o ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
     if (!text)
-        return dt_err_set(err, DT_ENOMEM, "job %s: out of memory", jb->id);
+        return dt_err_set(err, DT_ENOMEM, "job %s: out of memory", rec->id);
     snprintf(path, sizeof path, "%s/state.json", dir);
     dt_status st = dt_file_write_atomic(path, text, strlen(text), err);
     free(text);
     return st;
 }
 
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : 0;
-}
-
-static void str(const cJSON *o, const char *k, char *out, size_t n)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    snprintf(out, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
-}
-
-void dt__service_job_log_event(const char *state_dir, const job *jb, const jevent *ev)
+void dt__service_log_event(const char *state_dir, const job *jb, const jevent *ev)
 {
     if (strcmp(ev->kind, "step") == 0) /* many per second; the epoch ends carry the history */
         return;
-    cJSON *o = cJSON_CreateObject(), *m = cJSON_AddObjectToObject(o, "metrics");
-    cJSON_AddNumberToObject(o, "seq", (double)ev->seq);
-    cJSON_AddStringToObject(o, "kind", ev->kind);
-    cJSON_AddNumberToObject(o, "epoch", ev->epoch);
-    cJSON_AddNumberToObject(o, "epochs", ev->epochs);
-    cJSON_AddNumberToObject(o, "step", (double)ev->step);
-    cJSON_AddNumberToObject(o, "steps", (double)ev->steps);
-    for (int i = 0; i < ev->nmetrics; i++)
-        cJSON_AddNumberToObject(m, ev->metrics[i].name, ev->metrics[i].value);
-    cJSON_AddNumberToObject(o, "elapsed_s", ev->elapsed_s);
-    cJSON_AddStringToObject(o, "state", ev->state);
-    cJSON_AddStringToObject(o, "message", ev->message ? ev->message : "");
-    cJSON_AddNumberToObject(o, "time_unix", ev->time_unix);
-    char *line = cJSON_PrintUnformatted(o), path[4500];
+    Dtrain__V1__JobEvent pb;
+    Dtrain__V1__Metric m[JOB_MAX_METRICS], *mp[JOB_MAX_METRICS];
+    dt__service_event_pb(ev, &pb, m, mp);
+    cJSON *o = dt_service_event_json(jb->rec.id, &pb);
+    char *line = o ? cJSON_PrintUnformatted(o) : NULL, path[4500];
     cJSON_Delete(o);
-    snprintf(path, sizeof path, "%s/jobs/%s/events.jsonl", state_dir, jb->id);
+    snprintf(path, sizeof path, "%s/jobs/%s/events.jsonl", state_dir, jb->rec.id);
     dt_err err = {0};
     if (!line)
         dt_err_set(&err, DT_ENOMEM, "%s: out of memory", path);
     if (!line ||
         dt_file_append_line(path, line, &err) != DT_OK) /* a convenience: the job goes on */
-        DT_WARN("jobs", "job %s: %s", jb->id, err.msg);
+        DT_WARN("jobs", "job %s: %s", jb->rec.id, err.msg);
     free(line);
 }
 
@@ -161,11 +87,7 @@ static void load_events(const char *dir, job *jb)
     if (access(path, F_OK) != 0)
         return;
     if (dt_file_read_all(path, 16u << 20, &text, &len, &err) != DT_OK) {
-        DT_WARN("jobs", "job %s: no event history: %s", jb->id, err.msg);
-        return;
-    }
-    if (!(jb->ev = calloc(JOB_MAX_EVENTS, sizeof *jb->ev))) {
-        free(text);
+        DT_WARN("jobs", "job %s: no event history: %s", jb->rec.id, err.msg);
         return;
     }
     for (char *line = text, *nl; *line; line = nl + 1) {
@@ -173,37 +95,16 @@ static void load_events(const char *dir, job *jb)
             break; /* a line cut short by a crash */
         *nl = '\0';
         cJSON *o = cJSON_Parse(line);
-        if (!o || num(o, "seq") <= (double)jb->next_seq) {
-            cJSON_Delete(o);
+        jevent ev = {0};
+        if (o)
+            dt__service_event_from_json(o, &ev);
+        cJSON_Delete(o);
+        if (!o || ev.seq <= jb->events.next_seq) {
+            free(ev.message);
             break;
         }
-        if (jb->nev == JOB_MAX_EVENTS) {
-            free(jb->ev[jb->ev0].message);
-            jb->ev0 = (jb->ev0 + 1) % JOB_MAX_EVENTS;
-            jb->nev--;
-        }
-        jevent *ev = &jb->ev[(jb->ev0 + jb->nev++) % JOB_MAX_EVENTS];
-        ev->seq = jb->next_seq = (uint64_t)num(o, "seq");
-        str(o, "kind", ev->kind, sizeof ev->kind);
-        ev->epoch = (uint32_t)num(o, "epoch");
-        ev->epochs = (uint32_t)num(o, "epochs");
-        ev->step = (uint64_t)num(o, "step");
-        ev->steps = (uint64_t)num(o, "steps");
-        const cJSON *m;
-        cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(o, "metrics"))
-        {
-            if (ev->nmetrics < JOB_MAX_METRICS && cJSON_IsNumber(m) && m->string) {
-                snprintf(ev->metrics[ev->nmetrics].name, sizeof ev->metrics[0].name, "%s",
-                         m->string);
-                ev->metrics[ev->nmetrics++].value = m->valuedouble;
-            }
-        }
-        ev->elapsed_s = num(o, "elapsed_s");
-        str(o, "state", ev->state, sizeof ev->state);
-        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(o, "message"));
-        ev->message = msg && *msg ? strdup(msg) : NULL;
-        ev->time_unix = num(o, "time_unix");
-        cJSON_Delete(o);
+        jb->events.next_seq = ev.seq - 1; /* keep its number: steps were never logged */
+        dt__service_events_add(&jb->events, &ev);
     }
     free(text);
 }
@@ -222,51 +123,33 @@ static job *load_one(const char *dir, const char *id)
     cJSON *o = cJSON_ParseWithLength(text, len);
     free(text);
     job_state state;
-    if (!o || !state_from_name(cJSON_GetStringValue(cJSON_GetObjectItem(o, "state")), &state)) {
+    if (!o || !dt__service_state_parse(
+                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "state")), &state)) {
         DT_WARN("jobs", "skipping %s: not a job state file (bad JSON or state)", path);
         cJSON_Delete(o);
         return NULL;
     }
-    job *jb = calloc(1, sizeof *jb);
+    job *jb = dt__service_job_new();
+    job_record *rec = jb ? &jb->rec : NULL;
     snprintf(path, sizeof path, "%s/spec.json", dir);
-    if (!jb || dt_file_read_all(path, DT_MAX_JOBSPEC, &jb->spec_json, &jb->spec_len, &err)) {
+    if (!jb || dt_file_read_all(path, DT_MAX_JOBSPEC, &rec->spec_json, &rec->spec_len, &err)) {
         DT_WARN("jobs", "skipping %s: %s", dir, jb ? err.msg : "out of memory");
-        free(jb);
+        dt__service_job_free(jb);
         cJSON_Delete(o);
         return NULL;
     }
-    snprintf(jb->id, sizeof jb->id, "%.*s", (int)sizeof jb->id - 1, id);
-    str(o, "name", jb->name, sizeof jb->name);
-    jb->state = state;
-    jb->epoch = (uint32_t)num(o, "epoch");
-    jb->epochs = (uint32_t)num(o, "epochs");
-    jb->step = (uint64_t)num(o, "step");
-    jb->steps_per_epoch = (uint64_t)num(o, "steps_per_epoch");
-    jb->global_step = (uint64_t)num(o, "global_step");
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "metrics"), *e;
-    cJSON_ArrayForEach(e, m)
-    {
-        if (jb->nmetrics >= JOB_MAX_METRICS || !cJSON_IsNumber(e) || !e->string)
-            continue;
-        snprintf(jb->metrics[jb->nmetrics].name, sizeof jb->metrics[0].name, "%s", e->string);
-        jb->metrics[jb->nmetrics++].value = e->valuedouble;
-    }
-    str(o, "error", jb->error, sizeof jb->error);
-    jb->submitted = num(o, "submitted_unix");
-    jb->started = num(o, "started_unix");
-    jb->finished = num(o, "finished_unix");
-    jb->world = (uint32_t)num(o, "world_size");
-    jb->examples = (uint64_t)num(o, "examples");
-    jb->params = (uint64_t)num(o, "params");
-    str(o, "weights_path", jb->weights_path, sizeof jb->weights_path);
-    jb->restarts = (uint32_t)num(o, "restarts");
+    snprintf(rec->id, sizeof rec->id, "%.*s", (int)sizeof rec->id - 1, id);
+    dt__service_record_from_json(o, rec);
+    rec->state = state;
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "weights_hashes");
     int nh = cJSON_GetArraySize(h);
-    if (nh > 0 && nh <= DT_MAX_CLUSTER_TASKS && (jb->hashes = calloc((size_t)nh, sizeof(char *)))) {
-        jb->nhashes = nh;
+    if (nh > 0 && nh <= DT_MAX_CLUSTER_TASKS &&
+        (rec->hashes = calloc((size_t)nh, sizeof(char *)))) {
         for (int i = 0; i < nh; i++) {
             const char *s = cJSON_GetStringValue(cJSON_GetArrayItem(h, i));
-            jb->hashes[i] = strdup(s ? s : "");
+            if (!(rec->hashes[i] = strdup(s ? s : "")))
+                break;
+            rec->nhashes++;
         }
     }
     cJSON_Delete(o);
@@ -277,7 +160,7 @@ static job *load_one(const char *dir, const char *id)
 static int cmp_ids(const void *a, const void *b)
 {
     const job *x = *(job *const *)a, *y = *(job *const *)b;
-    long long u = atoll(x->id), v = atoll(y->id);
+    long long u = atoll(x->rec.id), v = atoll(y->rec.id);
     return u < v ? -1 : u > v;
 }
 
@@ -323,21 +206,4 @@ dt_status dt__service_load(const char *state_dir, job ***out, int *n, dt_err *er
     *out = list;
     *n = cnt;
     return DT_OK;
-}
-
-void dt__service_job_free(job *jb)
-{
-    if (!jb)
-        return;
-    free(jb->spec_json);
-    for (size_t i = 0; i < jb->nev; i++)
-        free(jb->ev[(jb->ev0 + i) % JOB_MAX_EVENTS].message);
-    free(jb->ev);
-    free(jb->prepared);
-    free(jb->done);
-    free(jb->incarnations);
-    for (int i = 0; i < jb->nhashes; i++)
-        free(jb->hashes[i]);
-    free(jb->hashes);
-    free(jb);
 }

@@ -1,0 +1,401 @@
+/*
+ * api.c - the Jobs methods the CLI calls, on the chief: Submit (validated on the pool, then
+ * queued), ListJobs, JobStatus, Cancel, Watch, and Export, Evaluate and Predict of a finished
+ * job (on the pool). Loop thread, except the *_run functions.
+ */
+#include "service/service_internal.h"
+
+#include "core/clock.h"
+#include "core/limits.h"
+#include "core/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CANCEL_GRACE_MS 10000 /* a cancel not confirmed by then is final anyway */
+
+/* --- Jobs: submit -------------------------------------------------------------------------------
+ */
+
+static void validate_run(jcall *c)
+{
+    c->st = dt__service_validate(c->text, strlen(c->text), c->j->data_root, c->j->state_dir,
+                                 &c->sum, &c->err);
+}
+
+static void reply_job(dt_rpc_call *call, const job *jb)
+{
+    info_buf b;
+    dt__service_job_pb(&jb->rec, &b);
+    Dtrain__V1__JobReply rep = DTRAIN__V1__JOB_REPLY__INIT;
+    rep.job = &b.info;
+    dt_rpc_call_reply(call, &rep.base);
+}
+
+static void validate_done(dt_service *j, jcall *c)
+{
+    if (c->st != DT_OK) {
+        DT_INFO("jobs", "refused a job from %s: %s", c->text2 ? c->text2 : "?", c->err.msg);
+        /* Whatever validation finds wrong is the spec's fault (bad input), except for what
+         * says more: an escape, a missing file, a size, or the daemon's own trouble. */
+        dt_status st = c->st;
+        if (st != DT_EPERM && st != DT_ENOENT && st != DT_ETOOBIG && st != DT_ENOMEM &&
+            st != DT_EIO)
+            st = DT_EINVAL;
+        dt_rpc_call_fail(c->call, st, c->err.msg);
+        return;
+    }
+    job *jb = dt__service_job_new();
+    if (!jb) {
+        dt_rpc_call_fail(c->call, DT_ENOMEM, "out of memory");
+        return;
+    }
+    snprintf(jb->rec.id, sizeof jb->rec.id, "%llu", (unsigned long long)j->q.next_id++);
+    snprintf(jb->rec.name, sizeof jb->rec.name, "%s", c->sum.name[0] ? c->sum.name : "job");
+    jb->rec.spec_json = c->text;
+    jb->rec.spec_len = strlen(c->text);
+    c->text = NULL;
+    jb->rec.epochs = c->sum.epochs;
+    jb->rec.params = c->sum.params;
+    jb->rec.world = (uint32_t)j->spec->world_size;
+    jb->rec.submitted = dt_wall_s();
+    dt_err err = {0};
+    if (dt__service_save(j->state_dir, jb, true, &err) != DT_OK) {
+        dt_rpc_call_fail(c->call, DT_EIO, err.msg);
+        dt__service_job_free(jb);
+        return;
+    }
+    dt__service_queue_append(&j->q, jb);
+    DT_INFO("jobs", "job %s (%s) queued", jb->rec.id, jb->rec.name);
+    dt__service_state_event(j, jb, NULL);
+    reply_job(c->call, jb);
+    dt__service_schedule(j);
+}
+
+void dt__service_on_submit(dt_service *j, dt_rpc_call *call)
+{
+    Dtrain__V1__SubmitRequest *req = NULL;
+    if (dt_rpc_call_unpack(call, &dtrain__v1__submit_request__descriptor,
+                           (ProtobufCMessage **)&req) != DT_OK)
+        return;
+    size_t len = req->spec_json ? strlen(req->spec_json) : 0;
+    if (len == 0 || len > DT_MAX_JOBSPEC) {
+        dt_rpc_call_fail(call, DT_EINVAL,
+                         len ? "the job spec is larger than 4 MiB" : "the job spec is empty");
+        protobuf_c_message_free_unpacked(&req->base, NULL);
+        return;
+    }
+    jcall *c = dt__service_call_new(j, validate_run, validate_done);
+    if (!c || !(c->text = strdup(req->spec_json))) {
+        free(c);
+        dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
+        protobuf_c_message_free_unpacked(&req->base, NULL);
+        return;
+    }
+    c->text2 = strdup(req->source && *req->source ? req->source : dt_rpc_call_peer(call));
+    c->call = call;
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+    dt__service_call_queue(j, c);
+}
+
+/* --- Jobs: list, status, cancel
+ * ------------------------------------------------------------------- */
+
+void dt__service_on_list(dt_service *j, dt_rpc_call *call)
+{
+    int n = 0;
+    for (job *jb = j->q.head; jb; jb = jb->next)
+        n++;
+    info_buf *bufs = calloc((size_t)(n ? n : 1), sizeof *bufs);
+    Dtrain__V1__JobInfo **ptrs = calloc((size_t)(n ? n : 1), sizeof *ptrs);
+    if (!bufs || !ptrs) {
+        free(bufs);
+        free(ptrs);
+        dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
+        return;
+    }
+    int i = 0;
+    for (job *jb = j->q.head; jb; jb = jb->next, i++) {
+        dt__service_job_pb(&jb->rec, &bufs[i]);
+        ptrs[i] = &bufs[i].info;
+    }
+    Dtrain__V1__ListJobsReply rep = DTRAIN__V1__LIST_JOBS_REPLY__INIT;
+    rep.n_jobs = (size_t)n;
+    rep.jobs = ptrs;
+    dt_rpc_call_reply(call, &rep.base);
+    free(bufs);
+    free(ptrs);
+}
+
+/* Unpacks a JobRef and finds the job; answers NOT_FOUND itself. */
+static job *ref_job(dt_service *j, dt_rpc_call *call)
+{
+    Dtrain__V1__JobRef *req = NULL;
+    if (dt_rpc_call_unpack(call, &dtrain__v1__job_ref__descriptor, (ProtobufCMessage **)&req) !=
+        DT_OK)
+        return NULL;
+    job *jb = dt__service_queue_find(&j->q, req->id);
+    if (!jb) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "no job '%s' on this cluster (see 'dtrain jobs')", req->id);
+        dt_rpc_call_fail(call, DT_ENOENT, msg);
+    }
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+    return jb;
+}
+
+void dt__service_on_status(dt_service *j, dt_rpc_call *call)
+{
+    job *jb = ref_job(j, call);
+    if (jb)
+        reply_job(call, jb);
+}
+
+void dt__service_on_cancel(dt_service *j, dt_rpc_call *call)
+{
+    job *jb = ref_job(j, call);
+    if (!jb)
+        return;
+    if (!dt__service_terminal(jb) && !(jb->act && jb->act->cancel_requested)) {
+        DT_INFO("jobs", "job %s: cancel requested by %s", jb->rec.id, dt_rpc_call_peer(call));
+        snprintf(jb->rec.error, sizeof jb->rec.error, "cancelled by a user");
+        if (!jb->act) { /* queued: nothing runs yet */
+            dt__service_end(j, jb, JOB_CANCELLED, jb->rec.error);
+        } else {
+            jb->act->cancel_requested = true;
+            jb->act->cancel_at_ms = dt_now_ms() + CANCEL_GRACE_MS;
+            dt__service_cancel_ranks(j, jb, jb->rec.error);
+        }
+    }
+    reply_job(call, jb);
+    dt__service_schedule(j);
+}
+
+/* --- Jobs: watch
+ * ---------------------------------------------------------------------------------- */
+
+void dt__service_on_watch(dt_service *j, dt_rpc_call *call)
+{
+    Dtrain__V1__WatchRequest *req = NULL;
+    if (dt_rpc_call_unpack(call, &dtrain__v1__watch_request__descriptor,
+                           (ProtobufCMessage **)&req) != DT_OK)
+        return;
+    job *jb = dt__service_queue_find(&j->q, req->id);
+    if (!jb) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "no job '%s' on this cluster (see 'dtrain jobs')", req->id);
+        dt_rpc_call_fail(call, DT_ENOENT, msg);
+    } else if (jb->events.next_seq > req->after_seq || dt__service_terminal(jb)) {
+        dt__service_reply_watch(call, jb, req->after_seq);
+    } else {
+        dt__service_watch_add(j, call, jb, req->after_seq, req->wait_ms);
+    }
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+/* Answers the held watches of job id that now have news (or all of them, e.g. when timed out). */
+/* --- Jobs: export, evaluate, predict ------------------------------------------------------------
+ */
+
+static dt_status final_weights(dt_service *j, dt_rpc_call *call, const char *id, job **out)
+{
+    job *jb = dt__service_queue_find(&j->q, id);
+    char msg[2 * DT_ERR_LEN];
+    if (!jb) {
+        snprintf(msg, sizeof msg, "no job '%s' on this cluster (see 'dtrain jobs')", id);
+        dt_rpc_call_fail(call, DT_ENOENT, msg);
+        return DT_ENOENT;
+    }
+    if (jb->rec.state != JOB_SUCCEEDED || !jb->rec.weights_path[0]) {
+        snprintf(msg, sizeof msg, "job %s is %s: it has no final weights%s", jb->rec.id,
+                 dt__service_state_name(jb->rec.state),
+                 dt__service_terminal(jb) ? "" : " yet (dtrain watch waits for it)");
+        dt_rpc_call_fail(call, DT_ESTATE, msg);
+        return DT_ESTATE;
+    }
+    *out = jb;
+    return DT_OK;
+}
+
+static void export_run(jcall *c)
+{
+    c->st = dt__service_export(c->text2, c->text3, c->chunked, c->offset, &c->out, &c->out_len,
+                               &c->total, &c->err);
+    if (c->st == DT_ENOENT && c->pin)
+        dt_err_set(&c->err, DT_ENOENT,
+                   "the final weights %s are gone from the chief; see its log, then "
+                   "export again",
+                   c->text2);
+    else if (c->st == DT_ENOENT)
+        c->st = DT_EIO;
+}
+
+static void export_done(dt_service *j, jcall *c)
+{
+    (void)j;
+    if (c->st != DT_OK) {
+        /* NOT_FOUND is kept for a pinned source that vanished: the client starts over. */
+        bool keep = c->st == DT_ETOOBIG || c->st == DT_EINVAL || (c->st == DT_ENOENT && c->pin);
+        dt_rpc_call_fail(c->call, keep ? c->st : DT_EIO, c->err.msg);
+        return;
+    }
+    Dtrain__V1__ExportReply rep = DTRAIN__V1__EXPORT_REPLY__INIT;
+    rep.safetensors.data = (uint8_t *)c->out;
+    rep.safetensors.len = c->out_len;
+    rep.source_path = c->text2;
+    rep.global_step = c->u1;
+    rep.spec_json = c->text;
+    rep.state = (char *)dt__service_state_name((job_state)c->u2);
+    if (c->chunked) {
+        rep.total_bytes = c->total;
+        rep.offset = c->offset;
+    }
+    dt_rpc_call_reply(c->call, &rep.base);
+}
+
+static void export_checkpoint_run(jcall *c)
+{
+    char *path = NULL;
+    c->st = dt__service_export_checkpoint(c->text, c->j->data_root, c->j->state_dir, c->text3,
+                                          c->pin, c->chunked, c->offset, &c->out, &c->out_len,
+                                          &c->total, &path, &c->u1, &c->err);
+    free(c->text2);
+    c->text2 = path;
+}
+
+void dt__service_on_export(dt_service *j, dt_rpc_call *call)
+{
+    Dtrain__V1__ExportRequest *req = NULL;
+    if (dt_rpc_call_unpack(call, &dtrain__v1__export_request__descriptor,
+                           (ProtobufCMessage **)&req) != DT_OK)
+        return;
+    bool pinned = req->source_path && *req->source_path;
+    job *jb = req->checkpoint ? dt__service_queue_find(&j->q, req->id) : NULL;
+    char msg[2 * DT_ERR_LEN];
+    if (!req->chunked && (req->offset || pinned)) {
+        dt_rpc_call_fail(call, DT_EINVAL, "offset and source_path need chunked = true");
+    } else if (req->checkpoint && !jb) {
+        snprintf(msg, sizeof msg, "no job '%s' on this cluster (see 'dtrain jobs')", req->id);
+        dt_rpc_call_fail(call, DT_ENOENT, msg);
+    } else if (jb || final_weights(j, call, req->id, &jb) == DT_OK) {
+        jcall *c = NULL;
+        if (!req->checkpoint && pinned && strcmp(req->source_path, jb->rec.weights_path) != 0) {
+            char pmsg[4096 + 2 * DT_ERR_LEN];
+            snprintf(pmsg, sizeof pmsg, "source_path %s is not the final weights of job %s (%s)",
+                     req->source_path, jb->rec.id, jb->rec.weights_path);
+            dt_rpc_call_fail(call, DT_EINVAL, pmsg);
+        } else if (!(c = dt__service_call_new(
+                         j, req->checkpoint ? export_checkpoint_run : export_run, export_done))) {
+            dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
+        } else {
+            char dir[4096];
+            snprintf(dir, sizeof dir, "%s/jobs/%s", j->state_dir, jb->rec.id);
+            c->call = call;
+            c->text = strdup(jb->rec.spec_json);
+            c->text2 = strdup(jb->rec.weights_path);
+            c->text3 = strdup(dir);
+            c->pin = pinned ? strdup(req->source_path) : NULL;
+            c->chunked = req->chunked;
+            c->offset = req->offset;
+            c->u1 = jb->rec.global_step;
+            c->u2 = (uint64_t)jb->rec.state;
+            dt__service_call_queue(j, c);
+        }
+    }
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+static void evaluate_run(jcall *c)
+{
+    c->st = dt__service_evaluate(c->text3, c->text2, c->text, c->j->data_root, c->j->state_dir,
+                                 c->batch, c->metrics, &c->nmetrics, &c->u1, &c->err);
+}
+
+static void evaluate_done(dt_service *j, jcall *c)
+{
+    (void)j;
+    if (c->st != DT_OK) {
+        dt_rpc_call_fail(c->call, c->st, c->err.msg);
+        return;
+    }
+    Dtrain__V1__Metric m[JOB_MAX_METRICS], *mp[JOB_MAX_METRICS];
+    dt__service_metrics_pb(c->metrics, c->nmetrics, m, mp);
+    Dtrain__V1__EvaluateReply rep = DTRAIN__V1__EVALUATE_REPLY__INIT;
+    rep.n_metrics = (size_t)c->nmetrics;
+    rep.metrics = mp;
+    rep.examples = c->u1;
+    dt_rpc_call_reply(c->call, &rep.base);
+}
+
+static void predict_run(jcall *c)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/jobs/%s", c->j->state_dir, c->id);
+    c->st = dt__service_predict(c->text3, c->text2, c->text, c->j->data_root, c->j->state_dir, dir,
+                                c->batch, c->format, &c->out, &c->out_len, &c->u1, &c->u2, &c->err);
+}
+
+static void predict_done(dt_service *j, jcall *c)
+{
+    (void)j;
+    if (c->st != DT_OK) {
+        dt_rpc_call_fail(c->call, c->st, c->err.msg);
+        return;
+    }
+    Dtrain__V1__PredictReply rep = DTRAIN__V1__PREDICT_REPLY__INIT;
+    rep.output.data = (uint8_t *)c->out;
+    rep.output.len = c->out_len;
+    rep.rows = c->u1;
+    rep.cols = c->u2;
+    dt_rpc_call_reply(c->call, &rep.base);
+}
+
+static void on_eval_or_predict(dt_service *j, dt_rpc_call *call, bool predict)
+{
+    ProtobufCMessage *msg = NULL;
+    const ProtobufCMessageDescriptor *d = predict ? &dtrain__v1__predict_request__descriptor
+                                                  : &dtrain__v1__evaluate_request__descriptor;
+    if (dt_rpc_call_unpack(call, d, &msg) != DT_OK)
+        return;
+    const char *id, *data;
+    uint32_t batch;
+    const char *format = "";
+    if (predict) {
+        Dtrain__V1__PredictRequest *r = (Dtrain__V1__PredictRequest *)msg;
+        id = r->id, data = r->data_json, batch = r->batch_size, format = r->format;
+    } else {
+        Dtrain__V1__EvaluateRequest *r = (Dtrain__V1__EvaluateRequest *)msg;
+        id = r->id, data = r->data_json, batch = r->batch_size;
+    }
+    job *jb = NULL;
+    if (!data || !*data || strlen(data) > DT_MAX_JOBSPEC) {
+        dt_rpc_call_fail(call, DT_EINVAL, "the data spec is empty or larger than 4 MiB");
+    } else if (final_weights(j, call, id, &jb) == DT_OK) {
+        jcall *c = dt__service_call_new(j, predict ? predict_run : evaluate_run,
+                                        predict ? predict_done : evaluate_done);
+        if (!c) {
+            dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
+        } else {
+            c->call = call;
+            c->text = strdup(data);
+            c->text2 = strdup(jb->rec.weights_path);
+            c->text3 = strdup(jb->rec.spec_json);
+            c->batch = batch;
+            snprintf(c->id, sizeof c->id, "%s", jb->rec.id);
+            snprintf(c->format, sizeof c->format, "%s", format ? format : "");
+            dt__service_call_queue(j, c);
+        }
+    }
+    protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+void dt__service_on_evaluate(dt_service *j, dt_rpc_call *call)
+{
+    on_eval_or_predict(j, call, false);
+}
+
+void dt__service_on_predict(dt_service *j, dt_rpc_call *call)
+{
+    on_eval_or_predict(j, call, true);
+}

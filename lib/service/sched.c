@@ -1,0 +1,485 @@
+/*
+ * sched.c - the chief's scheduler: the queued job starts on every ring task once the cluster is
+ * whole, the ranks report Prepared (GO when all have) and Finished (succeeded when all have,
+ * with the same weights), a lost rank or a failure ends the job and stops the others, and held
+ * Watch calls are answered when their job has news. Loop thread only.
+ */
+#include "service/service_internal.h"
+
+#include "core/clock.h"
+#include "core/hash.h"
+#include "core/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WATCH_DEFAULT_MS   1000
+#define WATCH_MAX_MS       5000
+#define WATCH_MAX_EVENTS   512
+#define RPC_TIMEOUT_MS     5000
+#define END_GRACE_MS       10000  /* wait this long for the ranks' Finished after an end */
+#define PREPARE_TIMEOUT_MS 900000 /* preparing longer than this fails the job */
+
+struct jwatch {
+    jwatch *next;
+    dt_rpc_call *call;
+    char id[JOB_ID_LEN];
+    uint64_t after;
+    int64_t deadline_ms;
+};
+
+/* Appends an event to the job's history (kept, logged, numbered) and answers the watchers it
+ * wakes. Takes ev->message. */
+static void add_event(dt_service *j, job *jb, jevent *ev)
+{
+    dt__service_events_add(&jb->events, ev);
+    if (jb->events.nev)
+        dt__service_log_event(j->state_dir, jb,
+                              dt__service_events_at(&jb->events, jb->events.nev - 1));
+    dt__service_watchers_finish(j, jb->rec.id, false);
+}
+
+void dt__service_state_event(dt_service *j, job *jb, const char *message)
+{
+    jevent ev = {0};
+    snprintf(ev.kind, sizeof ev.kind, "state");
+    snprintf(ev.state, sizeof ev.state, "%s", dt__service_state_name(jb->rec.state));
+    ev.epoch = jb->rec.epoch;
+    ev.epochs = jb->rec.epochs;
+    ev.step = jb->rec.step;
+    ev.steps = jb->rec.steps_per_epoch;
+    ev.message = message && *message ? strdup(message) : NULL;
+    add_event(j, jb, &ev);
+}
+
+void dt__service_progress(dt_service *j, const char *id, jevent *ev)
+{
+    job *jb = dt__service_queue_find(&j->q, id);
+    if (!jb || jb != j->active || dt__service_terminal(jb)) {
+        free(ev->message);
+        return;
+    }
+    dt__service_record_progress(&jb->rec, ev);
+    bool epoch_end = strcmp(ev->kind, "epoch_end") == 0;
+    add_event(j, jb, ev);
+    /* Progress is saved at epoch ends, at most every 2 s (tiny epochs would make it I/O). */
+    int64_t now = dt_now_ms();
+    if (epoch_end && now - jb->act->saved_ms >= 2000) {
+        jb->act->saved_ms = now;
+        dt__service_save_or_warn(j, jb);
+    }
+}
+
+/* --- ending a job ------------------------------------------------------------------------------
+ */
+
+static void send_cancel_done(dt_service *j, jcall *c)
+{
+    (void)j;
+    if (c->st != DT_OK)
+        DT_DEBUG("jobs", "cancel of job %s on rank %d: %s", c->id, c->rank, c->err.msg);
+}
+
+static void send_cancel_run(jcall *c)
+{
+    Dtrain__V1__Ack *ack = NULL;
+    c->st = dt_rpc_unary(c->ch, DT_RPC_RUN_CANCEL, &c->cancel.base, &dtrain__v1__ack__descriptor,
+                         (ProtobufCMessage **)&ack, 2000, &c->err);
+    if (ack)
+        protobuf_c_message_free_unpacked(&ack->base, NULL);
+}
+
+/* Tells every rank that has not reported Finished to stop. */
+void dt__service_cancel_ranks(dt_service *j, job *jb, const char *reason)
+{
+    for (uint32_t r = 0; r < jb->rec.world; r++) {
+        if (jb->act->done && jb->act->done[r])
+            continue;
+        dt_rpc_channel *ch = dt__service_channel(j, (int)r);
+        jcall *c = ch ? dt__service_call_new(j, send_cancel_run, send_cancel_done) : NULL;
+        if (!c)
+            continue;
+        snprintf(c->id, sizeof c->id, "%s", jb->rec.id);
+        c->rank = (int)r;
+        c->ch = ch;
+        c->text = strdup(reason);
+        dtrain__v1__cancel_job_request__init(&c->cancel);
+        c->cancel.id = c->id;
+        c->cancel.reason = c->text;
+        dt__service_call_queue(j, c);
+    }
+}
+
+void dt__service_end(dt_service *j, job *jb, job_state st, const char *msg)
+{
+    bool was_active = jb->act && !dt__service_terminal(jb) && jb->rec.state != JOB_QUEUED;
+    if (!dt__service_move(jb, st))
+        return; /* ended already */
+    jb->rec.finished = dt_wall_s();
+    if (msg && msg != jb->rec.error && st != JOB_SUCCEEDED) /* callers may pass jb->rec.error */
+        snprintf(jb->rec.error, sizeof jb->rec.error, "%s", msg);
+    if (st == JOB_SUCCEEDED)
+        DT_INFO("jobs", "job %s (%s) succeeded", jb->rec.id, jb->rec.name);
+    else
+        DT_WARN("jobs", "job %s (%s) %s: %s", jb->rec.id, jb->rec.name, dt__service_state_name(st),
+                jb->rec.error);
+    dt__service_save_or_warn(j, jb);
+    dt__service_state_event(j, jb, jb->rec.error);
+    if (was_active) {
+        jb->act->release_at_ms = dt_now_ms() + END_GRACE_MS;
+        if (st != JOB_SUCCEEDED)
+            dt__service_cancel_ranks(j, jb, jb->rec.error);
+    }
+}
+
+/* The active job is over and every rank has said so (or the grace period ran out): the next
+ * queued job may start. */
+static void maybe_start(dt_service *j);
+
+static void maybe_release(dt_service *j)
+{
+    job *jb = j->active;
+    if (!jb)
+        return;
+    int64_t now = dt_now_ms();
+    if (jb->act->cancel_requested && !dt__service_terminal(jb) &&
+        (jb->act->ndone == (int)jb->rec.world || now >= jb->act->cancel_at_ms))
+        dt__service_end(j, jb, JOB_CANCELLED, jb->rec.error[0] ? jb->rec.error : "cancelled");
+    if (!dt__service_terminal(jb))
+        return;
+    if (jb->act->ndone < (int)jb->rec.world && now < jb->act->release_at_ms)
+        return;
+    if (jb->act->ndone < (int)jb->rec.world)
+        DT_WARN("jobs", "job %s: %d of %u ranks never reported the end; going on", jb->rec.id,
+                (int)jb->rec.world - jb->act->ndone, jb->rec.world);
+    dt__service_deactivate(jb);
+    j->active = NULL;
+    maybe_start(j);
+}
+
+/* --- starting a job -----------------------------------------------------------------------------
+ */
+
+static void start_done(dt_service *j, jcall *c)
+{
+    job *jb = dt__service_queue_find(&j->q, c->id);
+    if (!jb || jb != j->active || dt__service_terminal(jb) || jb->act->generation != c->generation)
+        return;
+    if (c->st != DT_OK) {
+        char who[300], msg[2 * DT_ERR_LEN];
+        dt__service_rank_name(j, c->rank, who, sizeof who);
+        snprintf(msg, sizeof msg, "could not start the job on %s: %s", who, c->err.msg);
+        dt__service_rank_done(jb, (uint32_t)c->rank); /* it never ran: it will not report */
+        dt__service_end(j, jb, JOB_FAILED, msg);
+        maybe_release(j);
+    }
+}
+
+static void start_run(jcall *c)
+{
+    /* A task still stopping its previous run says so (FAILED_PRECONDITION): ask again. */
+    for (int attempt = 0; attempt < 10; attempt++) {
+        Dtrain__V1__Ack *ack = NULL;
+        c->st = dt_rpc_unary(c->ch, DT_RPC_RUN_START, &c->start.base, &dtrain__v1__ack__descriptor,
+                             (ProtobufCMessage **)&ack, RPC_TIMEOUT_MS, &c->err);
+        if (ack)
+            protobuf_c_message_free_unpacked(&ack->base, NULL);
+        /* Not connected (a busy host can miss gRPC's short handshake window): again soon. */
+        bool unsent = c->st == DT_EPEER &&
+                      (strstr(c->err.msg, "failed to connect") || strstr(c->err.msg, "handshake"));
+        if (c->st != DT_ESTATE && !unsent)
+            break;
+        dt_sleep_ms(unsent ? 300 : 1000);
+    }
+}
+
+static uint64_t session_of(const char *id, uint64_t generation)
+{
+    uint8_t g[8]; /* the generation, least significant byte first */
+    for (int i = 0; i < 8; i++)
+        g[i] = (uint8_t)(generation >> (8 * i));
+    uint64_t h = dt_fnv1a64(dt_fnv1a64(DT_FNV1A64_INIT, id, strlen(id)), g, sizeof g);
+    return h ? h : 1;
+}
+
+static void maybe_start(dt_service *j)
+{
+    if (!j->is_chief || j->closing || j->active)
+        return;
+    job *jb = dt__service_queue_next(&j->q);
+    if (!jb)
+        return;
+    int world = j->spec->world_size;
+    bool ready = dt_cluster_formed(j->o.cluster);
+    char missing[256] = "";
+    for (int r = 0; r < world && ready; r++)
+        if (!dt_cluster_member_up(j->o.cluster, r, NULL)) {
+            ready = false;
+            dt__service_rank_name(j, r, missing, sizeof missing);
+        }
+    if (!ready) {
+        int64_t now = dt_now_ms();
+        if (now - j->last_wait_log_ms > 10000) {
+            DT_INFO("jobs", "job %s waits for the cluster%s%s", jb->rec.id,
+                    missing[0] ? ": missing " : " to form", missing);
+            j->last_wait_log_ms = now;
+        }
+        return;
+    }
+    dt_err err = {0};
+    if (dt__service_activate(jb, (uint32_t)world, &err) != DT_OK) {
+        dt__service_end(j, jb, JOB_FAILED, err.msg);
+        return;
+    }
+    jb->act->generation = dt_cluster_generation(j->o.cluster);
+    jb->act->session = session_of(jb->rec.id, jb->act->generation);
+    for (int r = 0; r < world; r++)
+        dt_cluster_member_up(j->o.cluster, r, &jb->act->incarnations[r]);
+    jb->rec.examples = 0;
+    dt__service_move(jb, JOB_PREPARING);
+    jb->act->prepare_by_ms = dt_now_ms() + PREPARE_TIMEOUT_MS;
+    j->active = jb;
+    DT_INFO("jobs", "job %s (%s): preparing on %d task%s (generation %llu)", jb->rec.id,
+            jb->rec.name, world, world == 1 ? "" : "s", (unsigned long long)jb->act->generation);
+    dt__service_save_or_warn(j, jb);
+    dt__service_state_event(j, jb, NULL);
+    for (int r = 0; r < world; r++) {
+        dt_rpc_channel *ch = dt__service_channel(j, r);
+        jcall *c = ch ? dt__service_call_new(j, start_run, start_done) : NULL;
+        if (!c) {
+            dt__service_end(j, jb, JOB_FAILED, "could not reach every task (out of memory?)");
+            return;
+        }
+        snprintf(c->id, sizeof c->id, "%s", jb->rec.id);
+        c->rank = r;
+        c->generation = jb->act->generation;
+        c->ch = ch;
+        dtrain__v1__start_job_request__init(&c->start);
+        c->start.id = c->id;
+        c->start.spec_json = jb->rec.spec_json;
+        c->start.generation = jb->act->generation;
+        c->start.session = jb->act->session;
+        c->start.world_size = (uint32_t)world;
+        c->start.rank = (uint32_t)r;
+        c->start.resume = jb->resume;
+        dt__service_call_queue(j, c);
+    }
+}
+
+/* A rank's daemon died or restarted while the job held the cluster. */
+static void check_members(dt_service *j)
+{
+    job *jb = j->active;
+    if (!jb || dt__service_terminal(jb))
+        return;
+    for (uint32_t r = 0; r < jb->rec.world; r++) {
+        uint64_t inc = 0;
+        bool up = dt_cluster_member_up(j->o.cluster, (int)r, &inc);
+        if (up && inc == jb->act->incarnations[r])
+            continue;
+        char who[300], msg[2 * DT_ERR_LEN];
+        dt__service_rank_name(j, (int)r, who, sizeof who);
+        snprintf(msg, sizeof msg,
+                 "%s %s during the job; the other tasks were stopped (the daemons stay up: "
+                 "resubmit the job once it is back)",
+                 who, up ? "restarted" : "died (no heartbeat)");
+        dt__service_rank_done(jb, r); /* it will not report */
+        dt__service_end(j, jb, jb->act->cancel_requested ? JOB_CANCELLED : JOB_FAILED, msg);
+        return;
+    }
+    if (jb->rec.state == JOB_PREPARING && dt_now_ms() > jb->act->prepare_by_ms)
+        dt__service_end(j, jb, JOB_FAILED, "the tasks did not finish preparing within 15 minutes");
+}
+
+/* --- runner reports (JobRunner.Prepared / Finished) ------------------------------------------- */
+
+void dt__service_on_prepared(dt_service *j, dt_rpc_call *call)
+{
+    Dtrain__V1__PreparedRequest *req = NULL;
+    if (dt_rpc_call_unpack(call, &dtrain__v1__prepared_request__descriptor,
+                           (ProtobufCMessage **)&req) != DT_OK)
+        return;
+    Dtrain__V1__PreparedReply rep = DTRAIN__V1__PREPARED_REPLY__INIT;
+    job *jb = dt__service_queue_find(&j->q, req->id);
+    char msg[2 * DT_ERR_LEN] = "";
+    if (!jb || jb != j->active || req->rank >= jb->rec.world) {
+        rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
+        snprintf(msg, sizeof msg, "job %s is not the one running on this cluster", req->id);
+    } else if (dt__service_terminal(jb) || jb->act->cancel_requested) {
+        rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
+        snprintf(msg, sizeof msg, "job %s was %s: %s", jb->rec.id,
+                 jb->act->cancel_requested ? "cancelled" : dt__service_state_name(jb->rec.state),
+                 jb->rec.error);
+    } else if (!req->ok) {
+        char who[300];
+        dt__service_rank_name(j, (int)req->rank, who, sizeof who);
+        snprintf(msg, sizeof msg, "%s could not prepare the job: %s", who, req->error);
+        rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
+        dt__service_rank_done(jb, req->rank); /* its trainer ends now */
+        dt__service_end(j, jb, JOB_FAILED, msg);
+    } else {
+        if (!jb->act->prepared[req->rank]) {
+            jb->act->prepared[req->rank] = 1;
+            jb->act->nprepared++;
+            jb->rec.examples += req->examples;
+            jb->rec.params = req->params;
+            if (req->steps_per_epoch)
+                jb->rec.steps_per_epoch = req->steps_per_epoch;
+            DT_INFO("jobs", "job %s: rank %u prepared (%llu examples, %llu parameters)", jb->rec.id,
+                    req->rank, (unsigned long long)req->examples, (unsigned long long)req->params);
+        }
+        if (jb->act->nprepared == (int)jb->rec.world) {
+            if (dt__service_move(jb, JOB_RUNNING)) {
+                jb->rec.started = dt_wall_s();
+                DT_INFO("jobs", "job %s: every task prepared; training", jb->rec.id);
+                dt__service_save_or_warn(j, jb);
+                dt__service_state_event(j, jb, NULL);
+            }
+            rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__GO;
+        }
+    }
+    rep.message = msg;
+    dt_rpc_call_reply(call, &rep.base);
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+    maybe_release(j);
+}
+
+void dt__service_on_finished(dt_service *j, dt_rpc_call *call)
+{
+    Dtrain__V1__FinishedRequest *req = NULL;
+    if (dt_rpc_call_unpack(call, &dtrain__v1__finished_request__descriptor,
+                           (ProtobufCMessage **)&req) != DT_OK)
+        return;
+    job *jb = dt__service_queue_find(&j->q, req->id);
+    if (jb && jb == j->active && dt__service_rank_done(jb, req->rank)) {
+        if (req->weights_hash && *req->weights_hash) {
+            free(jb->rec.hashes[req->rank]);
+            jb->rec.hashes[req->rank] = strdup(req->weights_hash);
+        }
+        char who[300];
+        dt__service_rank_name(j, (int)req->rank, who, sizeof who);
+        if (req->code != DT_OK && !dt__service_terminal(jb)) {
+            if (jb->act->cancel_requested || req->code == DT_ECANCELED) {
+                if (!jb->act->cancel_requested) { /* a rank stopped on its own: still a failure */
+                    char msg[2 * DT_ERR_LEN];
+                    snprintf(msg, sizeof msg, "%s stopped: %s", who, req->error);
+                    dt__service_end(j, jb, JOB_FAILED, msg);
+                }
+            } else {
+                char msg[2 * DT_ERR_LEN];
+                snprintf(msg, sizeof msg, "%s failed: %s", who, req->error);
+                dt__service_end(j, jb, JOB_FAILED, msg);
+            }
+        } else if (req->code == DT_OK && req->rank == 0 && req->weights_path) {
+            snprintf(jb->rec.weights_path, sizeof jb->rec.weights_path, "%s", req->weights_path);
+        }
+        if (jb->act->ndone == (int)jb->rec.world && !dt__service_terminal(jb) &&
+            !jb->act->cancel_requested) {
+            bool same = true;
+            for (uint32_t r = 1; r < jb->rec.world; r++)
+                if (!jb->rec.hashes[0][0] || strcmp(jb->rec.hashes[r], jb->rec.hashes[0]) != 0)
+                    same = false;
+            if (!same)
+                DT_WARN("jobs", "job %s: the replicas' final weights differ (hashes in status)",
+                        jb->rec.id);
+            dt__service_end(j, jb, JOB_SUCCEEDED, NULL);
+        }
+    }
+    Dtrain__V1__Ack ack = DTRAIN__V1__ACK__INIT;
+    dt_rpc_call_reply(call, &ack.base);
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+    maybe_release(j);
+}
+
+/* --- watchers -----------------------------------------------------------------------------------
+ */
+
+void dt__service_schedule(dt_service *j)
+{
+    check_members(j);
+    maybe_release(j);
+    maybe_start(j);
+}
+
+void dt__service_reply_watch(dt_rpc_call *call, const job *jb, uint64_t after)
+{
+    const job_events *e = &jb->events;
+    size_t skip = 0;
+    uint64_t first = e->nev ? dt__service_events_at(e, 0)->seq : e->next_seq + 1;
+    if (after >= first)
+        skip = (size_t)(after - first + 1);
+    size_t n = skip < e->nev ? e->nev - skip : 0;
+    if (n > WATCH_MAX_EVENTS)
+        n = WATCH_MAX_EVENTS;
+    Dtrain__V1__JobEvent *evs = calloc(n ? n : 1, sizeof *evs);
+    Dtrain__V1__JobEvent **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    Dtrain__V1__Metric *ms = calloc((n ? n : 1) * JOB_MAX_METRICS, sizeof *ms);
+    Dtrain__V1__Metric **mps = calloc((n ? n : 1) * JOB_MAX_METRICS, sizeof *mps);
+    if (!evs || !ptrs || !ms || !mps) {
+        free(evs);
+        free(ptrs);
+        free(ms);
+        free(mps);
+        dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        dt__service_event_pb(dt__service_events_at(e, skip + i), &evs[i], &ms[i * JOB_MAX_METRICS],
+                             &mps[i * JOB_MAX_METRICS]);
+        ptrs[i] = &evs[i];
+    }
+    info_buf b;
+    dt__service_job_pb(&jb->rec, &b);
+    Dtrain__V1__WatchReply rep = DTRAIN__V1__WATCH_REPLY__INIT;
+    rep.n_events = n;
+    rep.events = ptrs;
+    rep.job = &b.info;
+    rep.first_seq = first;
+    dt_rpc_call_reply(call, &rep.base);
+    free(evs);
+    free(ptrs);
+    free(ms);
+    free(mps);
+}
+
+void dt__service_watch_add(dt_service *j, dt_rpc_call *call, const job *jb, uint64_t after,
+                           uint32_t wait_ms)
+{
+    jwatch *w = calloc(1, sizeof *w);
+    if (!w) {
+        dt_rpc_call_fail(call, DT_ENOMEM, "out of memory");
+        return;
+    }
+    uint32_t wait = wait_ms ? wait_ms : WATCH_DEFAULT_MS;
+    if (wait > WATCH_MAX_MS)
+        wait = WATCH_MAX_MS;
+    w->call = call;
+    snprintf(w->id, sizeof w->id, "%s", jb->rec.id);
+    w->after = after;
+    w->deadline_ms = dt_now_ms() + wait;
+    w->next = j->watchers;
+    j->watchers = w;
+}
+
+void dt__service_watchers_finish(dt_service *j, const char *id, bool all)
+{
+    int64_t now = dt_now_ms();
+    jwatch **pp = &j->watchers;
+    while (*pp) {
+        jwatch *w = *pp;
+        job *jb = dt__service_queue_find(&j->q, w->id);
+        bool news = jb && (!id || strcmp(id, w->id) == 0) &&
+                    (jb->events.next_seq > w->after || dt__service_terminal(jb));
+        if (all || news || now >= w->deadline_ms || !jb) {
+            *pp = w->next;
+            if (jb && !j->closing)
+                dt__service_reply_watch(w->call, jb, w->after);
+            else
+                dt_rpc_call_fail(w->call, DT_EPEER, "dtraind is shutting down");
+            free(w);
+        } else {
+            pp = &w->next;
+        }
+    }
+}
