@@ -220,7 +220,9 @@ void dt__service_runner_cancel(runner *rn, dt_rpc_call *call)
     if (dt_rpc_call_unpack(call, &dtrain__v1__cancel_job_request__descriptor,
                            (ProtobufCMessage **)&req) != DT_OK)
         return;
-    if (rn->run && strcmp(rn->run->id, req->id) == 0 && !atomic_load(&rn->run->finished)) {
+    /* A cancel of an earlier run of the same job (a restarted chief's) leaves this one be. */
+    if (rn->run && strcmp(rn->run->id, req->id) == 0 && rn->run->task.session == req->session &&
+        !atomic_load(&rn->run->finished)) {
         DT_INFO("jobs", "job %s: stopping (%s)", req->id, req->reason);
         cancel_run(rn->run, req->reason, false);
     }
@@ -272,6 +274,7 @@ static dt_status report_prepared(void *ctx, bool ok, const char *error, uint64_t
     req.examples = examples;
     req.params = params;
     req.steps_per_epoch = steps_per_epoch;
+    req.session = r->task.session;
     dt_deadline until = dt_deadline_in(PREPARED_WAIT_MS);
     int64_t last_ok = dt_now_ms();
     dt_err e = {0};
@@ -330,6 +333,7 @@ static void report_finished(void *ctx, dt_status st, const char *error, const ch
     req.error = (char *)(error ? error : "");
     req.weights_hash = (char *)(weights_hash ? weights_hash : "");
     req.weights_path = (char *)(weights_path ? weights_path : "");
+    req.session = r->task.session;
     dt_deadline until = dt_deadline_in(FINISHED_RETRY_MS);
     dt_err e = {0};
     atomic_store(&r->reported, true);

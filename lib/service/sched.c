@@ -107,6 +107,7 @@ void dt__service_cancel_ranks(dt_service *j, job *jb, const char *reason)
         dtrain__v1__cancel_job_request__init(&c->cancel);
         c->cancel.id = c->id;
         c->cancel.reason = c->text;
+        c->cancel.session = jb->act->session;
         dt__service_call_queue(j, c);
     }
 }
@@ -306,6 +307,13 @@ void dt__service_on_prepared(dt_service *j, dt_rpc_call *call)
     if (!jb || jb != j->active || req->rank >= jb->rec.world) {
         rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
         snprintf(msg, sizeof msg, "job %s is not the one running on this cluster", req->id);
+    } else if (req->session != jb->act->session) {
+        /* A trainer of an earlier run (before the chief restarted): it must stop, and it says
+         * nothing about this run. */
+        rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
+        snprintf(msg, sizeof msg, "this report is from an earlier run of job %s", jb->rec.id);
+        DT_INFO("jobs", "job %s: rank %u reported for an earlier run; told it to stop",
+                jb->rec.id, req->rank);
     } else if (dt__service_terminal(jb) || jb->act->cancel_requested) {
         rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
         snprintf(msg, sizeof msg, "job %s was %s: %s", jb->rec.id,
@@ -352,7 +360,11 @@ void dt__service_on_finished(dt_service *j, dt_rpc_call *call)
                            (ProtobufCMessage **)&req) != DT_OK)
         return;
     job *jb = dt__service_queue_find(&j->q, req->id);
-    if (jb && jb == j->active && dt__service_rank_done(jb, req->rank)) {
+    bool stale = jb && jb == j->active && req->session != jb->act->session;
+    if (stale) /* retried by a rank of an earlier run, which may come after a restart */
+        DT_INFO("jobs", "job %s: dropped rank %u's end report of an earlier run (%s)", jb->rec.id,
+                req->rank, req->code == DT_OK ? "ok" : req->error);
+    if (jb && jb == j->active && !stale && dt__service_rank_done(jb, req->rank)) {
         if (req->weights_hash && *req->weights_hash) {
             free(jb->rec.hashes[req->rank]);
             jb->rec.hashes[req->rank] = strdup(req->weights_hash);

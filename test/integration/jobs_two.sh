@@ -50,4 +50,24 @@ dt_assert_eq "$(jobs_state 4)" queued "job 4 waits for worker:1"
 wait "$(dt_daemon_pid two-w1)" 2>/dev/null || true
 jobs_start_one two 1
 jobs_wait_state 4 succeeded 60
+
+# Reports and cancels of an earlier run (another session: a restarted chief's previous run)
+# change nothing about the running job, whenever they come.
+jc submit "$DT_TEST_TMP/long.json" >/dev/null
+jobs_wait_state 5 running 20
+probe_ok=0
+for r in "$DT_BIN_DIR/../build/dt_test" "$DT_BIN_DIR/../dt_test" "$DT_SRC_DIR/build/dt_test"; do
+  if [[ -x $r ]]; then
+    DT_STALE_PROBE_CHIEF=$JOBS_ADDR DT_STALE_PROBE_WORKER=${JOBS_ADDRS[1]} DT_STALE_PROBE_JOB=5 \
+      "$r" --run-one service_rpc_stale_reports_change_nothing || dt_fail "stale reports (see above)"
+    probe_ok=1
+    break
+  fi
+done
+[[ $probe_ok == 1 ]] || dt_fail "no dt_test binary for the stale-report probe"
+dt_assert_contains "$DT_TEST_TMP/two-w0.log" "job 5: dropped rank 1's end report of an earlier run" \
+  "the chief dropped the stale Finished"
+dt_assert_eq "$(jobs_state 5)" running "job 5 after the stale reports"
+jc cancel 5 --timeout 15 >/dev/null || dt_fail "cancel of job 5"
+dt_assert_eq "$(jobs_state 5)" cancelled "job 5 after its cancel"
 echo "ok: two tasks"

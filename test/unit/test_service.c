@@ -426,3 +426,73 @@ DT_TEST(service_json_is_one_shape_for_cli_and_store)
     free(st.message);
     dt__service_job_free(jb);
 }
+
+/* A restarted chief must never take the previous run's traffic for the current run's: reports
+ * and cancels carry the run's session, and those of another session change nothing. Run by
+ * test/integration/jobs_two.sh while a two-task job runs (DT_STALE_PROBE_* name it). */
+DT_TEST(service_rpc_stale_reports_change_nothing)
+{
+    const char *chief = getenv("DT_STALE_PROBE_CHIEF");
+    const char *worker = getenv("DT_STALE_PROBE_WORKER");
+    const char *id = getenv("DT_STALE_PROBE_JOB");
+    if (!chief || !worker || !id)
+        DT_SKIP("run by test/integration/jobs_two.sh against its running job");
+    const uint64_t stale = 0x5eed5eed5eed5eedull;
+    dt_err err = {0};
+    dt_rpc_channel *ch = NULL, *wch = NULL;
+    ASSERT_OK(dt_rpc_channel_new(chief, NULL, &ch, &err), &err);
+    ASSERT_OK(dt_rpc_channel_new(worker, NULL, &wch, &err), &err);
+
+    /* worker:1's trainer of an earlier run says it failed: dropped. */
+    Dtrain__V1__FinishedRequest fin = DTRAIN__V1__FINISHED_REQUEST__INIT;
+    fin.id = (char *)id;
+    fin.rank = 1;
+    fin.code = DT_EIO;
+    fin.error = "a stale failure";
+    fin.weights_hash = fin.weights_path = "";
+    fin.session = stale;
+    Dtrain__V1__Ack *ack = NULL;
+    ASSERT_OK(dt_rpc_unary(ch, DT_RPC_RUN_FINISHED, &fin.base, &dtrain__v1__ack__descriptor,
+                           (ProtobufCMessage **)&ack, 5000, &err),
+              &err);
+    protobuf_c_message_free_unpacked(&ack->base, NULL);
+
+    /* ... and asks whether to go: it is told to stop, and the run goes on. */
+    Dtrain__V1__PreparedRequest prep = DTRAIN__V1__PREPARED_REQUEST__INIT;
+    prep.id = (char *)id;
+    prep.rank = 1;
+    prep.ok = false;
+    prep.error = "a stale preparation";
+    prep.session = stale;
+    Dtrain__V1__PreparedReply *rep = NULL;
+    ASSERT_OK(dt_rpc_unary(ch, DT_RPC_RUN_PREPARED, &prep.base,
+                           &dtrain__v1__prepared_reply__descriptor, (ProtobufCMessage **)&rep, 5000,
+                           &err),
+              &err);
+    ASSERT_EQ(rep->decision, DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT);
+    ASSERT_CONTAINS(rep->message, "earlier run");
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+
+    /* A cancel meant for an earlier run of the job leaves the worker's run alone. */
+    Dtrain__V1__CancelJobRequest cancel = DTRAIN__V1__CANCEL_JOB_REQUEST__INIT;
+    cancel.id = (char *)id;
+    cancel.reason = "a stale cancel";
+    cancel.session = stale;
+    ASSERT_OK(dt_rpc_unary(wch, DT_RPC_RUN_CANCEL, &cancel.base, &dtrain__v1__ack__descriptor,
+                           (ProtobufCMessage **)&ack, 5000, &err),
+              &err);
+    protobuf_c_message_free_unpacked(&ack->base, NULL);
+
+    /* The job is still running, with no error. */
+    Dtrain__V1__JobRef ref = DTRAIN__V1__JOB_REF__INIT;
+    ref.id = (char *)id;
+    Dtrain__V1__JobReply *job = NULL;
+    ASSERT_OK(dt_rpc_unary(ch, DT_RPC_JOBS_STATUS, &ref.base, &dtrain__v1__job_reply__descriptor,
+                           (ProtobufCMessage **)&job, 5000, &err),
+              &err);
+    ASSERT_STREQ(job->job->state, "running");
+    ASSERT_STREQ(job->job->error, "");
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    dt_rpc_channel_free(ch);
+    dt_rpc_channel_free(wch);
+}
