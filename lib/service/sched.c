@@ -312,8 +312,8 @@ void dt__service_on_prepared(dt_service *j, dt_rpc_call *call)
          * nothing about this run. */
         rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
         snprintf(msg, sizeof msg, "this report is from an earlier run of job %s", jb->rec.id);
-        DT_INFO("jobs", "job %s: rank %u reported for an earlier run; told it to stop",
-                jb->rec.id, req->rank);
+        DT_INFO("jobs", "job %s: rank %u reported for an earlier run; told it to stop", jb->rec.id,
+                req->rank);
     } else if (dt__service_terminal(jb) || jb->act->cancel_requested) {
         rep.decision = DTRAIN__V1__PREPARED_REPLY__DECISION__ABORT;
         snprintf(msg, sizeof msg, "job %s was %s: %s", jb->rec.id,
