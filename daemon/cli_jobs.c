@@ -536,6 +536,78 @@ int dt_cli_cancel(int argc, char **argv)
     return rc;
 }
 
+/* --- resume ------------------------------------------------------------------------------------
+ */
+
+static void resume_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain resume JOB [--watch] [--json] [options]\n\n"
+            "Queues a failed or cancelled job again. Its next run resumes from its latest\n"
+            "checkpoint (from the start when it has none) as if it had never stopped: the same\n"
+            "data order, optimizer slots and Dropout draws. With --watch, follows the job like\n"
+            "'dtrain watch' and exits by its end state.\n"
+            "Exit status: 0 queued (with --watch: succeeded), 1 failed or cancelled again or the\n"
+            "daemon unreachable, 2 an unknown job, one that succeeded or still runs, or bad\n"
+            "usage.\n\n"
+            "options:\n"
+            "  --watch            follow the job until it ends\n"
+            "  --json             print the job as JSON (with --watch: JSON lines)\n%s",
+            common_help);
+}
+
+int dt_cli_resume(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"watch", no_argument, NULL, 'w'}, COMMON_LONGOPTS};
+    common_opts o = {0};
+    bool watch = false;
+    int ch, rc;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if ((rc = common_opt(ch, &o, "resume")) > 0)
+            return rc;
+        if (rc == 0)
+            continue;
+        if (ch == 'w') {
+            watch = true;
+            continue;
+        }
+        resume_usage(stderr);
+        return 2;
+    }
+    if (o.help) {
+        resume_usage(stdout);
+        return 0;
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "dtrain resume: give one JOB (see --help)\n");
+        return 2;
+    }
+    dt_cli_conn c = {.timeout_s = o.timeout_s ? o.timeout_s : 30};
+    if ((rc = dt_cli_conn_open(&c, "resume", o.addr, o.token_file)) != 0)
+        return rc;
+    Dtrain__V1__JobRef req = DTRAIN__V1__JOB_REF__INIT;
+    req.id = argv[optind];
+    Dtrain__V1__JobReply *rep = NULL;
+    rc = dt_cli_call(&c, DT_CLI_RPC_JOBS_RESUME, &req.base, &dtrain__v1__job_reply__descriptor,
+                     (ProtobufCMessage **)&rep, 0);
+    if (rc == 0 && rep->job) {
+        char id[64];
+        snprintf(id, sizeof id, "%s", rep->job->id);
+        if (watch)
+            rc = dt_cli_watch_job(&c, id, o.json);
+        else if (o.json)
+            print_json(dt_service_job_json(rep->job));
+        else
+            printf("job %s (%s) queued; it resumes from its latest checkpoint\n", id,
+                   rep->job->name);
+    }
+    if (rep)
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    dt_cli_conn_close(&c);
+    return rc;
+}
+
 /* --- export ------------------------------------------------------------------------------------
  */
 

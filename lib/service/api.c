@@ -172,6 +172,42 @@ void dt__service_on_cancel(dt_service *j, dt_rpc_call *call)
     dt__service_schedule(j);
 }
 
+/* A failed or cancelled job goes back to the queue; its next start resumes from its latest
+ * checkpoint (from the start when it has none), as after a chief restart. */
+void dt__service_on_resume(dt_service *j, dt_rpc_call *call)
+{
+    job *jb = ref_job(j, call);
+    if (!jb)
+        return;
+    char msg[300];
+    if (jb->rec.state != JOB_FAILED && jb->rec.state != JOB_CANCELLED) {
+        snprintf(msg, sizeof msg, "job %s is %s: only a failed or cancelled job resumes%s",
+                 jb->rec.id, dt__service_state_name(jb->rec.state),
+                 jb->rec.state == JOB_SUCCEEDED ? " (submit it again to train anew)" : "");
+        dt_rpc_call_fail(call, DT_EINVAL, msg);
+        return;
+    }
+    if (jb == j->active) { /* its ranks have not all reported the end yet */
+        snprintf(msg, sizeof msg,
+                 "job %s is still stopping on some tasks; try again in a few "
+                 "seconds",
+                 jb->rec.id);
+        dt_rpc_call_fail(call, DT_ESTATE, msg);
+        return;
+    }
+    DT_INFO("jobs", "job %s: resume requested by %s (it was %s: %s)", jb->rec.id,
+            dt_rpc_call_peer(call), dt__service_state_name(jb->rec.state), jb->rec.error);
+    dt__service_move(jb, JOB_QUEUED);
+    jb->resume = true;
+    jb->rec.restarts = 0; /* a user's resume starts the chief-restart allowance anew */
+    jb->rec.error[0] = '\0';
+    jb->rec.finished = 0;
+    dt__service_save_or_warn(j, jb);
+    dt__service_state_event(j, jb, "resumed by a user: from the latest checkpoint");
+    reply_job(call, jb);
+    dt__service_schedule(j);
+}
+
 /* --- Jobs: watch
  * ---------------------------------------------------------------------------------- */
 

@@ -46,6 +46,9 @@ bool dt__service_can_move(job_state from, job_state to)
         return to == JOB_RUNNING || to == JOB_QUEUED || to == JOB_FAILED || to == JOB_CANCELLED;
     case JOB_RUNNING:
         return to == JOB_SUCCEEDED || to == JOB_QUEUED || to == JOB_FAILED || to == JOB_CANCELLED;
+    case JOB_FAILED:
+    case JOB_CANCELLED:
+        return to == JOB_QUEUED; /* dtrain resume */
     default:
         return false;
     }

@@ -40,6 +40,7 @@
 #define DT_RPC_JOBS_EXPORT   "/dtrain.v1.Jobs/Export"
 #define DT_RPC_JOBS_EVALUATE "/dtrain.v1.Jobs/Evaluate"
 #define DT_RPC_JOBS_PREDICT  "/dtrain.v1.Jobs/Predict"
+#define DT_RPC_JOBS_RESUME   "/dtrain.v1.Jobs/Resume"
 #define DT_RPC_RUN_START     "/dtrain.v1.JobRunner/Start"
 #define DT_RPC_RUN_CANCEL    "/dtrain.v1.JobRunner/Cancel"
 #define DT_RPC_RUN_PREPARED  "/dtrain.v1.JobRunner/Prepared"
@@ -139,8 +140,8 @@ const char *dt__service_state_name(job_state s);
 bool dt__service_state_parse(const char *name, job_state *out);
 bool dt__service_terminal(const job *jb);
 /* Whether a job may go from one state to another: queued -> preparing -> running -> an end,
- * any live state -> failed or cancelled, and preparing/running -> queued when a restarted chief
- * resumes it. Nothing leaves an end. */
+ * any live state -> failed or cancelled, preparing/running -> queued when a restarted chief
+ * resumes it, and failed/cancelled -> queued when a user resumes it. Nothing leaves success. */
 bool dt__service_can_move(job_state from, job_state to);
 /* Moves jb to state to, or leaves it and returns false when the move is not allowed. */
 bool dt__service_move(job *jb, job_state to);
@@ -417,6 +418,7 @@ void dt__service_on_submit(dt_service *j, dt_rpc_call *call);
 void dt__service_on_list(dt_service *j, dt_rpc_call *call);
 void dt__service_on_status(dt_service *j, dt_rpc_call *call);
 void dt__service_on_cancel(dt_service *j, dt_rpc_call *call);
+void dt__service_on_resume(dt_service *j, dt_rpc_call *call);
 void dt__service_on_watch(dt_service *j, dt_rpc_call *call);
 void dt__service_on_export(dt_service *j, dt_rpc_call *call);
 void dt__service_on_evaluate(dt_service *j, dt_rpc_call *call);

@@ -43,3 +43,34 @@ assert states[0] == "queued" and states[-1] == "succeeded" and states.count("run
 print("events:", len(ev), "epoch ends:", len(ends), "states:", states)
 PY
 echo "ok: resume after a chief restart"
+
+# dtrain resume: a cancelled job resumes from its latest checkpoint and ends with the weights
+# of a run that never stopped.
+jobs_spec "$DT_TEST_TMP/long.json" 400 32 ', "checkpoint": {"save_freq": 200, "keep": 2}'
+jc submit "$DT_TEST_TMP/long.json" >/dev/null
+jobs_wait_state 2 running 20
+dt_wait_for grep -q "jobs/2/checkpoints/ckpt-" "$DT_TEST_TMP/res-w0.log" --timeout 30 ||
+  dt_fail "job 2 wrote no checkpoint"
+jc cancel 2 --timeout 15 >/dev/null || dt_fail "cancel of job 2 (did it end first?)"
+jc resume 2 --watch --json >"$DT_TEST_TMP/resume.jsonl" ||
+  dt_fail "the resumed job 2 did not succeed: $(tail -2 "$DT_TEST_TMP/resume.jsonl")"
+dt_assert_contains "$DT_TEST_TMP/res-w0.log" "resuming from .*jobs/2/checkpoints/ckpt-" "job 2 resumed from a checkpoint"
+jc submit "$DT_TEST_TMP/long.json" --watch >/dev/null || dt_fail "the uninterrupted job 3"
+h2=$(jc status 2 --json | dt_json_get weights_hashes.0)
+h3=$(jc status 3 --json | dt_json_get weights_hashes.0)
+[[ -n $h2 ]] || dt_fail "job 2 has no weights hash"
+dt_assert_eq "$h2" "$h3" "final weights: cancelled and resumed vs never stopped"
+dt_assert_eq "$(jc status 2 --json | dt_json_get weights_hashes.1)" "$h2" "job 2's replicas"
+# What cannot resume says why, exit 2.
+set +e
+out=$(jc resume 3 2>&1)
+rc=$?
+set -e
+dt_assert_eq "$rc" 2 "exit status of resuming a job that succeeded"
+dt_assert_contains "$out" "only a failed or cancelled job resumes" "the refusal"
+set +e
+jc resume 99 >/dev/null 2>&1
+rc=$?
+set -e
+dt_assert_eq "$rc" 2 "exit status of resuming an unknown job"
+echo "ok: dtrain resume"

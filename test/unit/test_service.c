@@ -74,7 +74,7 @@ DT_TEST(service_state_transitions)
     static const bool allowed[6][6] = {
         [JOB_QUEUED] = {0, 1, 0, 0, 1, 1},  [JOB_PREPARING] = {1, 0, 1, 0, 1, 1},
         [JOB_RUNNING] = {1, 0, 0, 1, 1, 1}, [JOB_SUCCEEDED] = {0, 0, 0, 0, 0, 0},
-        [JOB_FAILED] = {0, 0, 0, 0, 0, 0},  [JOB_CANCELLED] = {0, 0, 0, 0, 0, 0},
+        [JOB_FAILED] = {1, 0, 0, 0, 0, 0},  [JOB_CANCELLED] = {1, 0, 0, 0, 0, 0},
     };
     for (int from = JOB_QUEUED; from <= JOB_CANCELLED; from++)
         for (int to = JOB_QUEUED; to <= JOB_CANCELLED; to++) {
