@@ -90,34 +90,95 @@ void dt__service_job_free(job *jb)
 /* --- events ------------------------------------------------------------------------------------
  */
 
+/* The ring grows by doubling up to JOB_MAX_EVENTS: most jobs keep a few dozen events, and the
+ * chief keeps every job's (a full ring is 2 MiB). */
+static bool events_grow(job_events *e)
+{
+    size_t cap = e->cap ? e->cap * 2 : 16;
+    if (cap > JOB_MAX_EVENTS)
+        cap = JOB_MAX_EVENTS;
+    jevent *ev = malloc(cap * sizeof *ev);
+    if (!ev)
+        return false;
+    for (size_t i = 0; i < e->nev; i++)
+        ev[i] = e->ev[(e->ev0 + i) % e->cap];
+    free(e->ev);
+    e->ev = ev;
+    e->ev0 = 0;
+    e->cap = cap;
+    return true;
+}
+
 void dt__service_events_add(job_events *e, jevent *ev)
 {
-    if (!e->ev && !(e->ev = calloc(JOB_MAX_EVENTS, sizeof *e->ev))) {
+    if (e->nev == e->cap && e->cap < JOB_MAX_EVENTS && !events_grow(e) && !e->cap) {
         free(ev->message);
         ev->message = NULL;
         return;
     }
-    if (e->nev == JOB_MAX_EVENTS) {
+    if (e->nev == e->cap) { /* full at its largest (or it could not grow): drop the oldest */
         free(e->ev[e->ev0].message);
-        e->ev0 = (e->ev0 + 1) % JOB_MAX_EVENTS;
+        e->ev0 = (e->ev0 + 1) % e->cap;
         e->nev--;
     }
     ev->seq = ++e->next_seq;
     if (!ev->time_unix)
         ev->time_unix = dt_wall_s();
-    e->ev[(e->ev0 + e->nev++) % JOB_MAX_EVENTS] = *ev;
+    e->ev[(e->ev0 + e->nev++) % e->cap] = *ev;
     ev->message = NULL;
 }
 
 const jevent *dt__service_events_at(const job_events *e, size_t i)
 {
-    return i < e->nev ? &e->ev[(e->ev0 + i) % JOB_MAX_EVENTS] : NULL;
+    return i < e->nev ? &e->ev[(e->ev0 + i) % e->cap] : NULL;
+}
+
+/* A step event is kept when it is the last before another kind: an epoch's final position. */
+static bool keep_on_compact(const job_events *e, size_t i)
+{
+    const jevent *ev = dt__service_events_at(e, i), *next = dt__service_events_at(e, i + 1);
+    return strcmp(ev->kind, "step") != 0 || (next && strcmp(next->kind, "step") != 0);
+}
+
+void dt__service_events_compact(job_events *e)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < e->nev; i++)
+        n += keep_on_compact(e, i);
+    jevent *kept = n ? malloc(n * sizeof *kept) : NULL;
+    if (n && !kept)
+        return; /* keep them all */
+    size_t k = 0;
+    for (size_t i = 0; i < e->nev; i++) {
+        jevent *ev = &e->ev[(e->ev0 + i) % e->cap];
+        if (keep_on_compact(e, i))
+            kept[k++] = *ev;
+        else
+            free(ev->message);
+    }
+    free(e->ev);
+    e->ev = kept;
+    e->ev0 = 0;
+    e->nev = e->cap = n;
+}
+
+size_t dt__service_events_after(const job_events *e, uint64_t seq)
+{
+    size_t lo = 0, hi = e->nev; /* seqs increase along the ring, maybe with gaps */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (dt__service_events_at(e, mid)->seq <= seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 void dt__service_events_destroy(job_events *e)
 {
     for (size_t i = 0; i < e->nev; i++)
-        free(e->ev[(e->ev0 + i) % JOB_MAX_EVENTS].message);
+        free(e->ev[(e->ev0 + i) % e->cap].message);
     free(e->ev);
     memset(e, 0, sizeof *e);
 }

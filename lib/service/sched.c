@@ -127,6 +127,7 @@ void dt__service_end(dt_service *j, job *jb, job_state st, const char *msg)
                 jb->rec.error);
     dt__service_save_or_warn(j, jb);
     dt__service_state_event(j, jb, jb->rec.error);
+    dt__service_events_compact(&jb->events);
     if (was_active) {
         jb->act->release_at_ms = dt_now_ms() + END_GRACE_MS;
         if (st != JOB_SUCCEEDED)
@@ -417,11 +418,9 @@ void dt__service_schedule(dt_service *j)
 void dt__service_reply_watch(dt_rpc_call *call, const job *jb, uint64_t after)
 {
     const job_events *e = &jb->events;
-    size_t skip = 0;
     uint64_t first = e->nev ? dt__service_events_at(e, 0)->seq : e->next_seq + 1;
-    if (after >= first)
-        skip = (size_t)(after - first + 1);
-    size_t n = skip < e->nev ? e->nev - skip : 0;
+    size_t skip = dt__service_events_after(e, after); /* seqs may have gaps: steps dropped */
+    size_t n = e->nev - skip;
     if (n > WATCH_MAX_EVENTS)
         n = WATCH_MAX_EVENTS;
     Dtrain__V1__JobEvent *evs = calloc(n ? n : 1, sizeof *evs);

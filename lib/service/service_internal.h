@@ -98,10 +98,11 @@ typedef struct job_record {
     uint32_t restarts; /* resumed after a chief restart this many times */
 } job_record;
 
-/* The progress events kept for watchers: a ring of JOB_MAX_EVENTS, oldest at ev0. */
+/* The progress events kept for watchers: a ring of cap (at most JOB_MAX_EVENTS), oldest at
+ * ev0. */
 typedef struct job_events {
     jevent *ev;
-    size_t ev0, nev;
+    size_t ev0, nev, cap;
     uint64_t next_seq; /* the last seq given */
 } job_events;
 
@@ -154,6 +155,11 @@ void dt__service_job_free(job *jb); /* NULL-safe */
 void dt__service_events_add(job_events *e, jevent *ev);
 /* The i-th event kept (0: the oldest), or NULL past the last. */
 const jevent *dt__service_events_at(const job_events *e, size_t i);
+/* The index of the first event kept with a seq above seq (nev when none). */
+size_t dt__service_events_after(const job_events *e, uint64_t seq);
+/* Drops the step events but each epoch's last (an ended job's history is its states, epochs
+ * and final positions). */
+void dt__service_events_compact(job_events *e);
 void dt__service_events_destroy(job_events *e);
 
 /* A progress event from rank 0 into the record: epoch, step and the metrics it carries. */

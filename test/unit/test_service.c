@@ -194,6 +194,49 @@ DT_TEST(service_events_keep_the_newest)
     ASSERT_EQ(e.nev, 0);
 }
 
+DT_TEST(service_events_grow_compact_and_find)
+{
+    job_events e = {0};
+    /* Small until needed: a job with a few events holds a few, not the whole ring. */
+    const char *kinds[] = {"state", "epoch_begin", "step", "step", "epoch_end"};
+    for (int i = 0; i < 5; i++) {
+        jevent ev = event(kinds[i], 1, (uint64_t)i, NULL);
+        dt__service_events_add(&e, &ev);
+    }
+    ASSERT_EQ(e.nev, 5);
+    ASSERT_LE(e.cap, 16);
+    for (int i = 5; i < 100; i++) {
+        jevent ev =
+            event(i % 10 == 9 ? "epoch_end" : "step", 1 + (uint32_t)i / 10, (uint64_t)i, NULL);
+        dt__service_events_add(&e, &ev);
+    }
+    ASSERT_EQ(e.nev, 100);
+    ASSERT_LT(e.cap, 256);
+    for (size_t i = 0; i < e.nev; i++)
+        ASSERT_EQ(dt__service_events_at(&e, i)->seq, i + 1);
+    ASSERT_EQ(dt__service_events_after(&e, 0), 0);
+    ASSERT_EQ(dt__service_events_after(&e, 41), 41);
+    ASSERT_EQ(dt__service_events_after(&e, 100), 100);
+    /* An ended job keeps its states, epochs and each epoch's last step, with their numbers:
+     * 1 2 4 5, then 9 10, 19 20, ... 99 100. */
+    dt__service_events_compact(&e);
+    ASSERT_EQ(e.nev, 4 + 2 * 10);
+    ASSERT_EQ(e.next_seq, 100);
+    uint64_t head[] = {1, 2, 4, 5, 9, 10, 19};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
+        ASSERT_EQ(dt__service_events_at(&e, i)->seq, head[i]);
+    ASSERT_STREQ(dt__service_events_at(&e, 4)->kind, "step");
+    ASSERT_EQ(dt__service_events_after(&e, 5), 4); /* seqs with gaps: the first after 5 is 9 */
+    ASSERT_EQ(dt__service_events_after(&e, 6), 4);
+    ASSERT_EQ(dt__service_events_after(&e, 99), 23);
+    ASSERT_EQ(dt__service_events_after(&e, 100), 24);
+    jevent ev = event("state", 10, 0, "more after the end");
+    dt__service_events_add(&e, &ev);
+    ASSERT_EQ(dt__service_events_at(&e, 24)->seq, 101);
+    ASSERT_STREQ(dt__service_events_at(&e, 24)->message, "more after the end");
+    dt__service_events_destroy(&e);
+}
+
 /* Jobs as a chief that died under them left them, saved and loaded again. */
 static void save_all(const char *dir, job **jobs, int n)
 {
