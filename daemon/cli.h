@@ -25,6 +25,7 @@ int dt_cli_status(int argc, char **argv);
 int dt_cli_watch(int argc, char **argv);
 int dt_cli_cancel(int argc, char **argv);
 int dt_cli_resume(int argc, char **argv);
+int dt_cli_rm(int argc, char **argv);
 int dt_cli_export(int argc, char **argv);
 int dt_cli_evaluate(int argc, char **argv);
 int dt_cli_predict(int argc, char **argv);

@@ -608,6 +608,66 @@ int dt_cli_resume(int argc, char **argv)
     return rc;
 }
 
+/* --- rm ----------------------------------------------------------------------------------------
+ */
+
+static void rm_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain rm JOB [--json] [options]\n\n"
+            "Removes an ended job from the chief: its entry, its event history and its directory\n"
+            "under the chief's --state-dir (checkpoints, final weights, exports). A checkpoint or\n"
+            "TensorBoard directory the spec put elsewhere stays. A queued or running job must be\n"
+            "cancelled first. (dtraind --keep-jobs N does this for all but the newest N.)\n"
+            "Exit status: 0 removed, 1 the daemon unreachable, 2 an unknown job, one that has\n"
+            "not ended, or bad usage.\n\n"
+            "options:\n"
+            "  --json             print the removed job as JSON\n%s",
+            common_help);
+}
+
+int dt_cli_rm(int argc, char **argv)
+{
+    static const struct option longopts[] = {COMMON_LONGOPTS};
+    common_opts o = {0};
+    int ch, rc;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if ((rc = common_opt(ch, &o, "rm")) > 0)
+            return rc;
+        if (rc < 0) {
+            rm_usage(stderr);
+            return 2;
+        }
+    }
+    if (o.help) {
+        rm_usage(stdout);
+        return 0;
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "dtrain rm: give one JOB (see --help)\n");
+        return 2;
+    }
+    dt_cli_conn c = {.timeout_s = o.timeout_s ? o.timeout_s : 30};
+    if ((rc = dt_cli_conn_open(&c, "rm", o.addr, o.token_file)) != 0)
+        return rc;
+    Dtrain__V1__JobRef req = DTRAIN__V1__JOB_REF__INIT;
+    req.id = argv[optind];
+    Dtrain__V1__JobReply *rep = NULL;
+    rc = dt_cli_call(&c, DT_CLI_RPC_JOBS_REMOVE, &req.base, &dtrain__v1__job_reply__descriptor,
+                     (ProtobufCMessage **)&rep, 0);
+    if (rc == 0 && rep->job) {
+        if (o.json)
+            print_json(dt_service_job_json(rep->job));
+        else
+            printf("job %s (%s) removed\n", rep->job->id, rep->job->name);
+    }
+    if (rep)
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+    dt_cli_conn_close(&c);
+    return rc;
+}
+
 /* --- export ------------------------------------------------------------------------------------
  */
 

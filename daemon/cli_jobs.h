@@ -24,6 +24,7 @@
 #define DT_CLI_RPC_JOBS_EVALUATE "/dtrain.v1.Jobs/Evaluate"
 #define DT_CLI_RPC_JOBS_PREDICT  "/dtrain.v1.Jobs/Predict"
 #define DT_CLI_RPC_JOBS_RESUME   "/dtrain.v1.Jobs/Resume"
+#define DT_CLI_RPC_JOBS_REMOVE   "/dtrain.v1.Jobs/Remove"
 
 /* One call; on failure prints "dtrain VERB: message" (with a hint when the daemon is not
  * there) and returns the exit code (2 for bad input, 1 otherwise); 0 on success. */

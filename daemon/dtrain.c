@@ -28,6 +28,7 @@ static const verb verbs[] = {
     {"watch", dt_cli_watch, "follow a job's progress: dtrain watch JOB"},
     {"cancel", dt_cli_cancel, "cancel a job: dtrain cancel JOB"},
     {"resume", dt_cli_resume, "resume a failed or cancelled job from its latest checkpoint"},
+    {"rm", dt_cli_rm, "remove an ended job and its files from the chief: dtrain rm JOB"},
     {"export", dt_cli_export, "fetch final weights: dtrain export JOB -o FILE.safetensors"},
     {"evaluate", dt_cli_evaluate, "evaluate final weights: dtrain evaluate JOB --data SPEC"},
     {"predict", dt_cli_predict, "predict: dtrain predict JOB --data SPEC -o FILE"},

@@ -39,6 +39,7 @@ typedef struct daemon_opts {
     double rendezvous_timeout_s;
     int threads;            /* OpenBLAS threads of the trainer; 0: the default below */
     double eval_interval_s; /* the evaluator task's poll interval */
+    int keep_jobs;          /* the chief keeps this many ended jobs; 0: all */
 } daemon_opts;
 
 typedef struct dt_daemon {
@@ -85,6 +86,8 @@ static void usage(FILE *f)
         "                            CPUs less one, left to the ring and the control plane)\n"
         "  --eval-interval SEC       evaluator task: how often to ask the chief for a new\n"
         "                            checkpoint (default 5)\n"
+        "  --keep-jobs N             chief: keep the newest N ended jobs, removing older ones\n"
+        "                            and their files under --state-dir (default 0: keep all)\n"
         "  --log-level LEVEL         error|warn|info|debug|trace (default info; or DT_LOG)\n"
         "  --check                   validate the configuration, print the resolved task, exit\n"
         "  --json                    with --check: print JSON\n"
@@ -108,6 +111,7 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
         OPT_READY,
         OPT_THREADS,
         OPT_EVAL_INTERVAL,
+        OPT_KEEP_JOBS,
         OPT_LOG,
         OPT_CHECK,
         OPT_JSON,
@@ -128,6 +132,7 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
         {"ready-file", required_argument, NULL, OPT_READY},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"eval-interval", required_argument, NULL, OPT_EVAL_INTERVAL},
+        {"keep-jobs", required_argument, NULL, OPT_KEEP_JOBS},
         {"log-level", required_argument, NULL, OPT_LOG},
         {"check", no_argument, NULL, OPT_CHECK},
         {"json", no_argument, NULL, OPT_JSON},
@@ -199,6 +204,17 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
                         optarg);
                 return 2;
             }
+            break;
+        }
+        case OPT_KEEP_JOBS: {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            if (*end || n < 0 || n > 1000000) {
+                fprintf(stderr, "dtraind: --keep-jobs %s: give a count, 0 <= N <= 1000000\n",
+                        optarg);
+                return 2;
+            }
+            o->keep_jobs = (int)n;
             break;
         }
         case OPT_LOG: {
@@ -575,6 +591,7 @@ static int run(dt_daemon *d)
         .state_dir = d->o.state_dir,
         .data_root = d->o.data_root ? d->o.data_root : "/",
         .comm_hub = d->comm ? dt_service_bench_hub(d->comm) : NULL,
+        .keep_jobs = d->o.keep_jobs,
     };
     if (dt_cluster_new(&co, &d->cluster, &err) != DT_OK) {
         DT_ERROR("daemon", "%s", err.msg);

@@ -208,6 +208,72 @@ void dt__service_on_resume(dt_service *j, dt_rpc_call *call)
     dt__service_schedule(j);
 }
 
+static void remove_run(jcall *c)
+{
+    c->st = dt__service_remove(c->j->state_dir, c->id, &c->err);
+}
+
+static void remove_done(dt_service *j, jcall *c)
+{
+    (void)j;
+    if (c->st != DT_OK)
+        DT_WARN("jobs", "job %s: removing its files: %s", c->id, c->err.msg);
+}
+
+/* Forgets an ended job: out of the list and its watchers answered now, its directory removed on
+ * the pool. */
+static void remove_job(dt_service *j, job *jb)
+{
+    dt__service_queue_unlink(&j->q, jb);
+    dt__service_watchers_finish(j, jb->rec.id, false);
+    jcall *c = dt__service_call_new(j, remove_run, remove_done);
+    if (c) {
+        snprintf(c->id, sizeof c->id, "%s", jb->rec.id);
+        dt__service_call_queue(j, c);
+    } else {
+        DT_WARN("jobs", "job %s: out of memory; its files stay in %s/jobs", jb->rec.id,
+                j->state_dir);
+    }
+    dt__service_job_free(jb);
+}
+
+void dt__service_on_remove(dt_service *j, dt_rpc_call *call)
+{
+    job *jb = ref_job(j, call);
+    if (!jb)
+        return;
+    if (!dt__service_terminal(jb) || jb == j->active) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "job %s is %s: cancel it first ('dtrain cancel %s')", jb->rec.id,
+                 dt__service_terminal(jb) ? "still stopping on some tasks"
+                                          : dt__service_state_name(jb->rec.state),
+                 jb->rec.id);
+        dt_rpc_call_fail(call, DT_EINVAL, msg);
+        return;
+    }
+    DT_INFO("jobs", "job %s (%s): removed by %s", jb->rec.id, jb->rec.name, dt_rpc_call_peer(call));
+    reply_job(call, jb);
+    remove_job(j, jb);
+}
+
+void dt__service_retain(dt_service *j)
+{
+    if (j->o.keep_jobs <= 0)
+        return;
+    int ended = 0;
+    for (job *jb = j->q.head; jb; jb = jb->next)
+        ended += dt__service_terminal(jb) && jb != j->active;
+    for (job *jb = j->q.head, *next; jb && ended > j->o.keep_jobs; jb = next) {
+        next = jb->next;
+        if (!dt__service_terminal(jb) || jb == j->active)
+            continue;
+        DT_INFO("jobs", "job %s (%s): removed (--keep-jobs %d)", jb->rec.id, jb->rec.name,
+                j->o.keep_jobs);
+        remove_job(j, jb);
+        ended--;
+    }
+}
+
 /* --- Jobs: watch
  * ---------------------------------------------------------------------------------- */
 
@@ -243,7 +309,7 @@ static dt_status final_weights(dt_service *j, dt_rpc_call *call, const char *id,
         dt_rpc_call_fail(call, DT_ENOENT, msg);
         return DT_ENOENT;
     }
-    if (jb->rec.state != JOB_SUCCEEDED || !jb->rec.weights_path[0]) {
+    if (jb->rec.state != JOB_SUCCEEDED || !jb->rec.weights_path) {
         snprintf(msg, sizeof msg, "job %s is %s: it has no final weights%s", jb->rec.id,
                  dt__service_state_name(jb->rec.state),
                  dt__service_terminal(jb) ? "" : " yet (dtrain watch waits for it)");
@@ -329,7 +395,7 @@ void dt__service_on_export(dt_service *j, dt_rpc_call *call)
             snprintf(dir, sizeof dir, "%s/jobs/%s", j->state_dir, jb->rec.id);
             c->call = call;
             c->text = strdup(jb->rec.spec_json);
-            c->text2 = strdup(jb->rec.weights_path);
+            c->text2 = strdup(jb->rec.weights_path ? jb->rec.weights_path : "");
             c->text3 = strdup(dir);
             c->pin = pinned ? strdup(req->source_path) : NULL;
             c->chunked = req->chunked;

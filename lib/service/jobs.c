@@ -249,6 +249,7 @@ bool dt_service_handle_call(dt_service *j, dt_rpc_call *call)
         {DT_RPC_JOBS_WATCH, dt__service_on_watch},
         {DT_RPC_JOBS_CANCEL, dt__service_on_cancel},
         {DT_RPC_JOBS_RESUME, dt__service_on_resume},
+        {DT_RPC_JOBS_REMOVE, dt__service_on_remove},
         {DT_RPC_JOBS_EXPORT, dt__service_on_export},
         {DT_RPC_JOBS_EVALUATE, dt__service_on_evaluate},
         {DT_RPC_JOBS_PREDICT, dt__service_on_predict},

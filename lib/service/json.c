@@ -6,6 +6,7 @@
 #include "service/service_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* --- the wire ------------------------------------------------------------------------------------
@@ -44,7 +45,7 @@ void dt__service_job_pb(const job_record *rec, info_buf *b)
     in->world_size = rec->world;
     in->examples = rec->examples;
     in->params = rec->params;
-    in->weights_path = (char *)rec->weights_path;
+    in->weights_path = rec->weights_path ? rec->weights_path : (char *)"";
     in->n_weights_hashes = (size_t)rec->nhashes;
     in->weights_hashes = rec->hashes;
     in->restarts = rec->restarts;
@@ -186,7 +187,9 @@ void dt__service_record_from_json(const cJSON *o, job_record *rec)
     rec->world = (uint32_t)num(o, "world_size");
     rec->examples = (uint64_t)num(o, "examples");
     rec->params = (uint64_t)num(o, "params");
-    str(o, "weights_path", rec->weights_path, sizeof rec->weights_path);
+    const char *w = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "weights_path"));
+    free(rec->weights_path);
+    rec->weights_path = w && *w ? strdup(w) : NULL;
     rec->restarts = (uint32_t)num(o, "restarts");
 }
 

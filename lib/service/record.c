@@ -81,6 +81,7 @@ void dt__service_job_free(job *jb)
     if (!jb)
         return;
     free(jb->rec.spec_json);
+    free(jb->rec.weights_path);
     free_hashes(&jb->rec);
     dt__service_events_destroy(&jb->events);
     dt__service_deactivate(jb);
@@ -301,6 +302,24 @@ void dt__service_queue_append(job_queue *q, job *jb)
     uint64_t idn = strtoull(jb->rec.id, NULL, 10);
     if (idn >= q->next_id)
         q->next_id = idn + 1;
+}
+
+bool dt__service_queue_unlink(job_queue *q, job *jb)
+{
+    job *prev = NULL;
+    for (job *it = q->head; it; prev = it, it = it->next) {
+        if (it != jb)
+            continue;
+        if (prev)
+            prev->next = it->next;
+        else
+            q->head = it->next;
+        if (q->tail == it)
+            q->tail = prev;
+        it->next = NULL;
+        return true;
+    }
+    return false;
 }
 
 void dt__service_queue_destroy(job_queue *q)

@@ -384,8 +384,10 @@ void dt__service_on_finished(dt_service *j, dt_rpc_call *call)
                 snprintf(msg, sizeof msg, "%s failed: %s", who, req->error);
                 dt__service_end(j, jb, JOB_FAILED, msg);
             }
-        } else if (req->code == DT_OK && req->rank == 0 && req->weights_path) {
-            snprintf(jb->rec.weights_path, sizeof jb->rec.weights_path, "%s", req->weights_path);
+        } else if (req->code == DT_OK && req->rank == 0 && req->weights_path &&
+                   *req->weights_path) {
+            free(jb->rec.weights_path);
+            jb->rec.weights_path = strdup(req->weights_path);
         }
         if (jb->act->ndone == (int)jb->rec.world && !dt__service_terminal(jb) &&
             !jb->act->cancel_requested) {
@@ -413,6 +415,7 @@ void dt__service_schedule(dt_service *j)
     check_members(j);
     maybe_release(j);
     maybe_start(j);
+    dt__service_retain(j);
 }
 
 void dt__service_reply_watch(dt_rpc_call *call, const job *jb, uint64_t after)
@@ -487,7 +490,8 @@ void dt__service_watchers_finish(dt_service *j, const char *id, bool all)
             if (jb && !j->closing)
                 dt__service_reply_watch(w->call, jb, w->after);
             else
-                dt_rpc_call_fail(w->call, DT_EPEER, "dtraind is shutting down");
+                dt_rpc_call_fail(w->call, jb ? DT_EPEER : DT_ENOENT,
+                                 jb ? "dtraind is shutting down" : "the job was removed");
             free(w);
         } else {
             pp = &w->next;

@@ -66,6 +66,7 @@ typedef struct dt_service_opts {
     const char *state_dir;       /* writes (jobs, checkpoints, logs); created when missing */
     const char *data_root;       /* reads of job specs resolve under it */
     dt_comm_hub *comm_hub;       /* borrowed; the ring's hub, NULL: one-task jobs only */
+    int keep_jobs;               /* the chief keeps this many ended jobs (files too); 0: all */
 } dt_service_opts;
 
 /* Loads the jobs kept under state_dir (the chief only) and starts the service's timer. */

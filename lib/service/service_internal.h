@@ -41,6 +41,7 @@
 #define DT_RPC_JOBS_EVALUATE "/dtrain.v1.Jobs/Evaluate"
 #define DT_RPC_JOBS_PREDICT  "/dtrain.v1.Jobs/Predict"
 #define DT_RPC_JOBS_RESUME   "/dtrain.v1.Jobs/Resume"
+#define DT_RPC_JOBS_REMOVE   "/dtrain.v1.Jobs/Remove"
 #define DT_RPC_RUN_START     "/dtrain.v1.JobRunner/Start"
 #define DT_RPC_RUN_CANCEL    "/dtrain.v1.JobRunner/Cancel"
 #define DT_RPC_RUN_PREPARED  "/dtrain.v1.JobRunner/Prepared"
@@ -92,8 +93,8 @@ typedef struct job_record {
     double submitted, started, finished;
     uint32_t world;
     uint64_t examples, params;
-    char weights_path[4096];
-    char **hashes; /* per rank once started ("" until it reports), owned */
+    char *weights_path; /* the final weights on the chief, owned; NULL until then */
+    char **hashes;      /* per rank once started ("" until it reports), owned */
     int nhashes;
     uint32_t restarts; /* resumed after a chief restart this many times */
 } job_record;
@@ -175,6 +176,8 @@ bool dt__service_rank_done(job *jb, uint32_t rank);
 job *dt__service_queue_find(const job_queue *q, const char *ref); /* an id, or a name: its latest */
 job *dt__service_queue_next(const job_queue *q);                  /* the oldest queued job */
 void dt__service_queue_append(job_queue *q, job *jb);
+/* Takes jb out of the queue (the caller frees it); false when it is not there. */
+bool dt__service_queue_unlink(job_queue *q, job *jb);
 void dt__service_queue_destroy(job_queue *q);
 /* Adds the jobs loaded from disk (oldest first; the queue takes them) after the bookkeeping of
  * a chief restart: a job that was preparing or running is queued again to resume from its
@@ -215,6 +218,8 @@ dt_status dt__service_mkdirs(const char *state_dir, const char *id, char *dir, s
 void dt__service_log_event(const char *state_dir, const job *jb, const jevent *ev);
 /* Writes state.json (and spec.json when with_spec) atomically. */
 dt_status dt__service_save(const char *state_dir, const job *jb, bool with_spec, dt_err *err);
+/* Removes <state-dir>/jobs/ID and all it holds (links are removed, not followed). */
+dt_status dt__service_remove(const char *state_dir, const char *id, dt_err *err);
 /* Every job under <state-dir>/jobs, oldest first (caller frees the array and the jobs). */
 dt_status dt__service_load(const char *state_dir, job ***out, int *n, dt_err *err);
 
@@ -425,6 +430,9 @@ void dt__service_on_list(dt_service *j, dt_rpc_call *call);
 void dt__service_on_status(dt_service *j, dt_rpc_call *call);
 void dt__service_on_cancel(dt_service *j, dt_rpc_call *call);
 void dt__service_on_resume(dt_service *j, dt_rpc_call *call);
+void dt__service_on_remove(dt_service *j, dt_rpc_call *call);
+/* Removes the oldest ended jobs past opts.keep_jobs (timer). */
+void dt__service_retain(dt_service *j);
 void dt__service_on_watch(dt_service *j, dt_rpc_call *call);
 void dt__service_on_export(dt_service *j, dt_rpc_call *call);
 void dt__service_on_evaluate(dt_service *j, dt_rpc_call *call);

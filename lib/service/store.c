@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <ftw.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,5 +206,24 @@ dt_status dt__service_load(const char *state_dir, job ***out, int *n, dt_err *er
         qsort(list, (size_t)cnt, sizeof *list, cmp_ids);
     *out = list;
     *n = cnt;
+    return DT_OK;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+dt_status dt__service_remove(const char *state_dir, const char *id, dt_err *err)
+{
+    if (!*id || strspn(id, "0123456789") != strlen(id)) /* never a path: ids are numbers */
+        return dt_err_set(err, DT_EINVAL, "bad job id '%s'", id);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/jobs/%s", state_dir, id);
+    /* Depth first, not following links: a link inside goes, never what it points to. */
+    if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+        return dt_err_set(err, DT_EIO, "%s: %s", dir, strerror(errno));
     return DT_OK;
 }
