@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #define BAR_WIDTH         30
-#define RECONNECT_WAIT_MS 30000 /* the chief unreachable this long ends the watch */
+#define POLL_WAIT_MS      1000   /* the chief holds a Watch this long when nothing happens */
+#define POLL_SLACK_MS     4000   /* ... so a chief silent past both is down or hung: said in 5 s */
+#define RECONNECT_WAIT_MS 300000 /* the chief unreachable this long ends the watch */
 
 typedef struct bar {
     bool tty;
@@ -40,9 +42,10 @@ dt_status dt_cli_watch_poll(dt_cli_conn *c, const char *id, uint64_t after,
     Dtrain__V1__WatchRequest req = DTRAIN__V1__WATCH_REQUEST__INIT;
     req.id = (char *)id;
     req.after_seq = after;
-    req.wait_ms = 1000;
+    req.wait_ms = POLL_WAIT_MS;
     return dt_rpc_unary(c->ch, DT_CLI_RPC_JOBS_WATCH, &req.base,
-                        &dtrain__v1__watch_reply__descriptor, (ProtobufCMessage **)rep, 30000, err);
+                        &dtrain__v1__watch_reply__descriptor, (ProtobufCMessage **)rep,
+                        POLL_WAIT_MS + POLL_SLACK_MS, err);
 }
 
 /* " - loss: 0.5234 - accuracy: 0.8123" with Keras's metric order, leaving out bookkeeping. */
@@ -149,7 +152,10 @@ int dt_cli_watch_job(dt_cli_conn *c, const char *id, bool json)
     bar b = {.tty = !json && isatty(STDOUT_FILENO), .json = json, .id = id};
     b.start_ms = dt_now_ms();
     uint64_t after = 0;
+    uint64_t after_kept = 0; /* the last event seen that the chief also logs (not a step) */
+    uint64_t boot = 0;       /* the chief's run that answered last */
     int64_t last_ok = dt_now_ms();
+    bool down = false;
     dt_err err = {0};
     for (;;) {
         Dtrain__V1__WatchReply *rep = NULL;
@@ -160,12 +166,39 @@ int dt_cli_watch_job(dt_cli_conn *c, const char *id, bool json)
                 if (b.open_line)
                     putchar('\n');
                 fprintf(stderr, "dtrain %s: %s\n", c->verb, err.msg);
+                if (transient)
+                    fprintf(stderr, "dtrain %s: gave up after %d s without the chief\n", c->verb,
+                            RECONNECT_WAIT_MS / 1000);
                 return st == DT_ENOENT || st == DT_EINVAL || st == DT_EAUTH ? 2 : 1;
+            }
+            if (!down) { /* once per outage, on its own line */
+                if (b.open_line)
+                    putchar('\n');
+                b.open_line = false;
+                fprintf(stderr,
+                        "dtrain %s: the chief at %s does not answer (%s); still trying for "
+                        "%d s\n",
+                        c->verb, c->addr, err.msg, RECONNECT_WAIT_MS / 1000);
+                down = true;
             }
             dt_sleep_ms(500);
             continue;
         }
         last_ok = dt_now_ms();
+        if (down)
+            fprintf(stderr, "dtrain %s: the chief at %s answers again\n", c->verb, c->addr);
+        down = false;
+        if (boot && rep->boot != boot) {
+            /* A restarted chief has the events it logged, not the steps it had numbered after
+             * them: ask again from the last logged one seen. */
+            fprintf(stderr, "dtrain %s: the chief at %s restarted; following job %s on\n", c->verb,
+                    c->addr, id);
+            boot = rep->boot;
+            after = after_kept;
+            protobuf_c_message_free_unpacked(&rep->base, NULL);
+            continue;
+        }
+        boot = rep->boot;
         if (rep->first_seq > after + 1 && after > 0 && !b.tty && !json)
             fprintf(stderr, "dtrain %s: %llu events were dropped by the chief\n", c->verb,
                     (unsigned long long)(rep->first_seq - after - 1));
@@ -174,6 +207,8 @@ int dt_cli_watch_job(dt_cli_conn *c, const char *id, bool json)
             if (e->seq <= after)
                 continue;
             after = e->seq;
+            if (strcmp(e->kind, "step") != 0)
+                after_kept = e->seq;
             if (b.tty)
                 event_tty(&b, e);
             else
@@ -210,8 +245,10 @@ static void usage(FILE *f)
             "{\"job\", \"seq\", \"kind\" (state, epoch_begin, step, epoch_end), \"epoch\",\n"
             "\"epochs\", \"step\", \"steps\", \"metrics\", \"elapsed_s\", \"state\", "
             "\"message\", \"time_unix\"}.\n"
+            "When the chief does not answer for 5 s, watch says so on stderr and keeps trying;\n"
+            "a chief that restarts and resumes the job is followed on.\n"
             "Exit status: 0 the job succeeded, 1 it failed or was cancelled (or the chief went\n"
-            "away for 30 s), 2 an unknown job or bad usage.\n");
+            "away for 300 s), 2 an unknown job or bad usage.\n");
 }
 
 int dt_cli_watch(int argc, char **argv)

@@ -289,7 +289,7 @@ void dt__service_on_watch(dt_service *j, dt_rpc_call *call)
         snprintf(msg, sizeof msg, "no job '%s' on this cluster (see 'dtrain jobs')", req->id);
         dt_rpc_call_fail(call, DT_ENOENT, msg);
     } else if (jb->events.next_seq > req->after_seq || dt__service_terminal(jb)) {
-        dt__service_reply_watch(call, jb, req->after_seq);
+        dt__service_reply_watch(j, call, jb, req->after_seq);
     } else {
         dt__service_watch_add(j, call, jb, req->after_seq, req->wait_ms);
     }

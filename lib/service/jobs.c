@@ -6,11 +6,13 @@
 #include "service/service_internal.h"
 
 #include "core/clock.h"
+#include "core/hash.h"
 #include "core/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TICK_MS 250
 
@@ -168,6 +170,8 @@ dt_status dt_service_new(const dt_service_opts *opts, dt_service **out, dt_err *
     j->self_rank = opts->spec->self.rank;
     j->is_chief = j->self_rank == 0;
     j->q.next_id = 1;
+    uint64_t seed[3] = {(uint64_t)dt_now_ms(), (uint64_t)(dt_wall_s() * 1e6), (uint64_t)getpid()};
+    j->boot = dt_fnv1a64(DT_FNV1A64_INIT, seed, sizeof seed) | 1;
     j->ch = calloc((size_t)opts->spec->world_size, sizeof *j->ch);
     pthread_mutex_init(&j->qmu, NULL);
     if (!j->state_dir || !j->data_root || !j->ch) {
@@ -191,9 +195,19 @@ dt_status dt_service_new(const dt_service_opts *opts, dt_service **out, dt_err *
             return dt_err_set(err, DT_ENOMEM, "jobs: out of memory");
         }
         dt__service_queue_recover(&j->q, list, n, DT_SERVICE_MAX_RESTARTS, changed);
-        for (int i = 0; i < n; i++)
-            if (changed[i])
-                dt__service_save_or_warn(j, list[i]);
+        for (int i = 0; i < n; i++) {
+            if (!changed[i])
+                continue;
+            job *jb = list[i];
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "dtraind on the chief restarted: the job resumes from its latest "
+                     "checkpoint (restart %u of %d)",
+                     jb->rec.restarts, DT_SERVICE_MAX_RESTARTS);
+            dt__service_save_or_warn(j, jb);
+            /* Watchers see the job go back to the queue (or fail), and why. */
+            dt__service_state_event(j, jb, jb->rec.state == JOB_QUEUED ? msg : jb->rec.error);
+        }
         free(changed);
         free(list);
         if (n)

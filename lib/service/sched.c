@@ -418,7 +418,7 @@ void dt__service_schedule(dt_service *j)
     dt__service_retain(j);
 }
 
-void dt__service_reply_watch(dt_rpc_call *call, const job *jb, uint64_t after)
+void dt__service_reply_watch(const dt_service *j, dt_rpc_call *call, const job *jb, uint64_t after)
 {
     const job_events *e = &jb->events;
     uint64_t first = e->nev ? dt__service_events_at(e, 0)->seq : e->next_seq + 1;
@@ -450,6 +450,7 @@ void dt__service_reply_watch(dt_rpc_call *call, const job *jb, uint64_t after)
     rep.events = ptrs;
     rep.job = &b.info;
     rep.first_seq = first;
+    rep.boot = j->boot;
     dt_rpc_call_reply(call, &rep.base);
     free(evs);
     free(ptrs);
@@ -488,7 +489,7 @@ void dt__service_watchers_finish(dt_service *j, const char *id, bool all)
         if (all || news || now >= w->deadline_ms || !jb) {
             *pp = w->next;
             if (jb && !j->closing)
-                dt__service_reply_watch(w->call, jb, w->after);
+                dt__service_reply_watch(j, w->call, jb, w->after);
             else
                 dt_rpc_call_fail(w->call, jb ? DT_EPEER : DT_ENOENT,
                                  jb ? "dtraind is shutting down" : "the job was removed");

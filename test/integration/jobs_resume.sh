@@ -15,14 +15,36 @@ jc submit "$DT_TEST_TMP/job.json" >/dev/null
 jobs_wait_state 1 running 20
 dt_wait_for grep -q "jobs/1/checkpoints/ckpt-" "$DT_TEST_TMP/res-w0.log" --timeout 30 ||
   dt_fail "job 1 wrote no checkpoint"
+# A watcher follows job 1 through the chief's death and restart.
+jc watch 1 --json >"$DT_TEST_TMP/live.jsonl" 2>"$DT_TEST_TMP/live.err" &
+watcher=$!
+dt_wait_for test -s "$DT_TEST_TMP/live.jsonl" --timeout 10 || dt_fail "the watcher printed nothing"
 kill -KILL "$(dt_daemon_pid res-w0)"
+t_kill=$(dt__now_ms)
 wait "$(dt_daemon_pid res-w0)" 2>/dev/null || true
+dt_wait_for grep -q "does not answer" "$DT_TEST_TMP/live.err" --timeout 8 ||
+  dt_fail "watch did not say the chief was down: $(cat "$DT_TEST_TMP/live.err")"
+echo "watch said the chief was down $(($(dt__now_ms) - t_kill)) ms after kill -9"
+dt_assert_contains "$DT_TEST_TMP/live.err" "the chief at $JOBS_ADDR does not answer" "watch names the chief"
 dt_wait_for grep -q "job 1: rank 1 ended" "$DT_TEST_TMP/res-w1.log" --timeout 15 ||
   dt_fail "worker:1 did not stop its run when the chief died"
 
 jobs_start_one res 0
 dt_wait_file "$DT_TEST_TMP/res-w0.ready" --timeout 30 || dt_fail "the chief did not come back"
 jobs_wait_state 1 succeeded 90
+rc=0
+dt_wait_for_exit() { ! kill -0 "$watcher" 2>/dev/null; }
+dt_wait_for dt_wait_for_exit --timeout 15 || dt_fail "the watcher did not end with the job"
+wait "$watcher" || rc=$?
+dt_assert_eq "$rc" 0 "the watcher's exit status (the job succeeded)"
+dt_assert_contains "$DT_TEST_TMP/live.err" "restarted; following job 1 on" "watch saw the restart"
+/usr/bin/python3 - "$DT_TEST_TMP/live.jsonl" <<'PY' || dt_fail "the live watcher's lines"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+states = [e["state"] for e in ev if e["kind"] == "state"]
+# running, then (the chief back) queued again, preparing, running, succeeded
+assert states[-1] == "succeeded" and "queued" in states[states.index("running"):], states
+PY
 dt_assert_contains "$DT_TEST_TMP/res-w0.log" "resuming from .*jobs/1/checkpoints/ckpt-" "resumed from a checkpoint"
 jc status 1 --json >"$DT_TEST_TMP/s.json"
 dt_assert_eq "$(dt_json_get restarts "$DT_TEST_TMP/s.json")" 1 "restarts"
@@ -39,7 +61,9 @@ assert seqs == sorted(set(seqs)) and seqs[0] == 1, seqs
 ends = [e["epoch"] for e in ev if e["kind"] == "epoch_end"]
 assert ends.count(1) == 1 and ends[-1] == 150, ends
 states = [e["state"] for e in ev if e["kind"] == "state"]
-assert states[0] == "queued" and states[-1] == "succeeded" and states.count("running") == 2, states
+assert states == ["queued", "preparing", "running", "queued", "preparing", "running", "succeeded"], states
+requeue = [e for e in ev if e["kind"] == "state"][3]
+assert "resumes from its latest checkpoint (restart 1 of 3)" in requeue["message"], requeue
 print("events:", len(ev), "epoch ends:", len(ends), "states:", states)
 PY
 echo "ok: resume after a chief restart"
