@@ -154,6 +154,38 @@ static const char common_help[] =
     "  --token-file FILE  the cluster token (default $DTRAIN_TOKEN_FILE)\n"
     "  --timeout SEC      per request (default 30)\n";
 
+/* Parses a verb's options (the common ones, and --watch when watch is not NULL) and its one
+ * positional argument (`what` names it in the error): -1 to go on, else the exit code. */
+static int one_arg(int argc, char **argv, const char *verb, const char *what, void (*usage)(FILE *),
+                   common_opts *o, bool *watch)
+{
+    static const struct option with_watch[] = {{"watch", no_argument, NULL, 'w'}, COMMON_LONGOPTS};
+    static const struct option plain[] = {COMMON_LONGOPTS};
+    int ch, rc;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", watch ? with_watch : plain, NULL)) != -1) {
+        if ((rc = common_opt(ch, o, verb)) > 0)
+            return rc;
+        if (rc == 0)
+            continue;
+        if (ch == 'w' && watch) {
+            *watch = true;
+            continue;
+        }
+        usage(stderr);
+        return 2;
+    }
+    if (o->help) {
+        usage(stdout);
+        return 0;
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "dtrain %s: give one %s (see --help)\n", verb, what);
+        return 2;
+    }
+    return -1;
+}
+
 /* --- submit ------------------------------------------------------------------------------------
  */
 
@@ -175,31 +207,11 @@ static void submit_usage(FILE *f)
 
 int dt_cli_submit(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"watch", no_argument, NULL, 'w'}, COMMON_LONGOPTS};
     common_opts o = {0};
     bool watch = false;
-    int ch, rc;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if ((rc = common_opt(ch, &o, "submit")) > 0)
-            return rc;
-        if (rc == 0)
-            continue;
-        if (ch == 'w') {
-            watch = true;
-            continue;
-        }
-        submit_usage(stderr);
-        return 2;
-    }
-    if (o.help) {
-        submit_usage(stdout);
-        return 0;
-    }
-    if (optind + 1 != argc) {
-        fprintf(stderr, "dtrain submit: give one JOB.json (see --help)\n");
-        return 2;
-    }
+    int rc = one_arg(argc, argv, "submit", "JOB.json", submit_usage, &o, &watch);
+    if (rc >= 0)
+        return rc;
     const char *path = argv[optind];
     char *text = NULL;
     size_t len = 0;
@@ -473,26 +485,10 @@ static void cancel_usage(FILE *f)
 
 int dt_cli_cancel(int argc, char **argv)
 {
-    static const struct option longopts[] = {COMMON_LONGOPTS};
     common_opts o = {0};
-    int ch, rc;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if ((rc = common_opt(ch, &o, "cancel")) > 0)
-            return rc;
-        if (rc < 0) {
-            cancel_usage(stderr);
-            return 2;
-        }
-    }
-    if (o.help) {
-        cancel_usage(stdout);
-        return 0;
-    }
-    if (optind + 1 != argc) {
-        fprintf(stderr, "dtrain cancel: give one JOB (see --help)\n");
-        return 2;
-    }
+    int rc = one_arg(argc, argv, "cancel", "JOB", cancel_usage, &o, NULL);
+    if (rc >= 0)
+        return rc;
     double wait_s = o.timeout_s ? o.timeout_s : 30;
     dt_cli_conn c = {.timeout_s = 30};
     if ((rc = dt_cli_conn_open(&c, "cancel", o.addr, o.token_file)) != 0)
@@ -558,31 +554,11 @@ static void resume_usage(FILE *f)
 
 int dt_cli_resume(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"watch", no_argument, NULL, 'w'}, COMMON_LONGOPTS};
     common_opts o = {0};
     bool watch = false;
-    int ch, rc;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if ((rc = common_opt(ch, &o, "resume")) > 0)
-            return rc;
-        if (rc == 0)
-            continue;
-        if (ch == 'w') {
-            watch = true;
-            continue;
-        }
-        resume_usage(stderr);
-        return 2;
-    }
-    if (o.help) {
-        resume_usage(stdout);
-        return 0;
-    }
-    if (optind + 1 != argc) {
-        fprintf(stderr, "dtrain resume: give one JOB (see --help)\n");
-        return 2;
-    }
+    int rc = one_arg(argc, argv, "resume", "JOB", resume_usage, &o, &watch);
+    if (rc >= 0)
+        return rc;
     dt_cli_conn c = {.timeout_s = o.timeout_s ? o.timeout_s : 30};
     if ((rc = dt_cli_conn_open(&c, "resume", o.addr, o.token_file)) != 0)
         return rc;
@@ -628,26 +604,10 @@ static void rm_usage(FILE *f)
 
 int dt_cli_rm(int argc, char **argv)
 {
-    static const struct option longopts[] = {COMMON_LONGOPTS};
     common_opts o = {0};
-    int ch, rc;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if ((rc = common_opt(ch, &o, "rm")) > 0)
-            return rc;
-        if (rc < 0) {
-            rm_usage(stderr);
-            return 2;
-        }
-    }
-    if (o.help) {
-        rm_usage(stdout);
-        return 0;
-    }
-    if (optind + 1 != argc) {
-        fprintf(stderr, "dtrain rm: give one JOB (see --help)\n");
-        return 2;
-    }
+    int rc = one_arg(argc, argv, "rm", "JOB", rm_usage, &o, NULL);
+    if (rc >= 0)
+        return rc;
     dt_cli_conn c = {.timeout_s = o.timeout_s ? o.timeout_s : 30};
     if ((rc = dt_cli_conn_open(&c, "rm", o.addr, o.token_file)) != 0)
         return rc;
