@@ -2,7 +2,8 @@
 # timeout: 400
 # Retention on the chief: `dtrain rm` removes an ended job (entry, history, directory) and
 # refuses one that runs; --keep-jobs N keeps only the newest N ended jobs, files included; and
-# the chief's memory stays flat while jobs go through the queue (printed, with a loose bound).
+# the chief's memory stays flat while jobs go through the queue (printed, with a loose bound);
+# and watch names a hung (SIGSTOP) chief within 5 s and goes on when it wakes.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
@@ -40,7 +41,28 @@ set -e
 dt_assert_eq "$rc" 2 "rm of a running job"
 dt_assert_contains "$out" "cancel it first" "the refusal"
 dt_assert_eq "$(jobs_state 3)" running "job 3 after the refused rm"
+
+# A hung chief (SIGSTOP): watch names it within 5 s, keeps trying, and goes on when it wakes.
+jc watch 3 --json >"$DT_TEST_TMP/hung.jsonl" 2>"$DT_TEST_TMP/hung.err" &
+watcher=$!
+dt_wait_for test -s "$DT_TEST_TMP/hung.jsonl" --timeout 10 || dt_fail "the watcher printed nothing"
+kill -STOP "$(dt_daemon_pid ret-w0)"
+t_stop=$(dt__now_ms)
+dt_wait_for grep -q "does not answer" "$DT_TEST_TMP/hung.err" --timeout 8 || {
+  kill -CONT "$(dt_daemon_pid ret-w0)"
+  dt_fail "watch did not say the chief hung: $(cat "$DT_TEST_TMP/hung.err")"
+}
+t_said=$(dt__now_ms)
+kill -CONT "$(dt_daemon_pid ret-w0)"
+echo "watch named the stopped chief $((t_said - t_stop)) ms after SIGSTOP"
+dt_assert_contains "$DT_TEST_TMP/hung.err" "the chief at $JOBS_ADDR does not answer" "watch names the chief"
+dt_wait_for grep -q "answers again" "$DT_TEST_TMP/hung.err" --timeout 10 ||
+  dt_fail "watch did not see the chief wake: $(cat "$DT_TEST_TMP/hung.err")"
+dt_assert_eq "$(jobs_state 3)" running "job 3 after the chief woke"
 jc cancel 3 --timeout 15 >/dev/null || dt_fail "cancel of job 3"
+rc=0
+wait "$watcher" || rc=$?
+dt_assert_eq "$rc" 1 "the watcher's exit status (the job was cancelled)"
 
 # --keep-jobs 3: after more jobs, only the newest three ended ones stay, with their files.
 pid=$(dt_daemon_pid ret-w0)
