@@ -83,5 +83,8 @@ dt_assert_contains "$DT_TEST_TMP/ret-w0.log" "job 2 .tiny.: removed .--keep-jobs
 rss1=$(rss)
 echo "chief RSS: ${rss0} kB before $n jobs, ${rss1} kB after ($(((rss1 - rss0) / n)) kB a job)"
 # Loose: the point is that it does not grow with every job's history (2 MiB each before).
-((rss1 - rss0 < 16384)) || dt_fail "the chief grew by $((rss1 - rss0)) kB over $n jobs"
+# (Not under ASan, whose quarantine holds freed memory back on purpose.)
+if [[ -z ${ASAN_OPTIONS:-} ]]; then
+  ((rss1 - rss0 < 16384)) || dt_fail "the chief grew by $((rss1 - rss0)) kB over $n jobs"
+fi
 echo "ok: retention"
