@@ -342,7 +342,7 @@ struct dt_service {
     int self_rank;
     bool is_chief;
     bool closing;
-    uint64_t boot; /* this run of the service, random: watchers see a restart by it */
+    uint64_t boot;    /* this run of the service, random: watchers see a restart by it */
     int inflight;     /* blocking calls on the thread pool */
     int handles_open; /* timer and async until closed */
     uv_timer_t tick;
@@ -423,8 +423,7 @@ void dt__service_watch_add(dt_service *j, dt_rpc_call *call, const job *jb, uint
 /* Answers the held Watch calls of job id (any job when NULL) that have news or are past their
  * deadline, or all of them when `all`. */
 void dt__service_watchers_finish(dt_service *j, const char *id, bool all);
-void dt__service_reply_watch(const dt_service *j, dt_rpc_call *call, const job *jb,
-                             uint64_t after);
+void dt__service_reply_watch(const dt_service *j, dt_rpc_call *call, const job *jb, uint64_t after);
 
 /* api.c: Jobs.* (the chief) */
 void dt__service_on_submit(dt_service *j, dt_rpc_call *call);
