@@ -112,12 +112,14 @@ static bool events_grow(job_events *e)
 
 void dt__service_events_add(job_events *e, jevent *ev)
 {
-    if (e->nev == e->cap && e->cap < JOB_MAX_EVENTS && !events_grow(e) && !e->cap) {
+    if (e->nev == e->cap && e->cap < JOB_MAX_EVENTS)
+        events_grow(e); /* when it cannot, the oldest event makes room below */
+    if (!e->cap) {
         free(ev->message);
         ev->message = NULL;
         return;
     }
-    if (e->nev == e->cap) { /* full at its largest (or it could not grow): drop the oldest */
+    if (e->nev == e->cap) { /* full at its largest: drop the oldest */
         free(e->ev[e->ev0].message);
         e->ev0 = (e->ev0 + 1) % e->cap;
         e->nev--;
