@@ -131,7 +131,18 @@ static void event_tty(bar *b, const Dtrain__V1__JobEvent *e)
             putchar('\n');
         b->open_line = false;
         if (!dt_cli_job_terminal(e->state))
-            printf("job %s: %s\n", b->id, e->state);
+            printf("job %s: %s%s%s\n", b->id, e->state, e->message && *e->message ? ": " : "",
+                   e->message ? e->message : "");
+    } else if (strcmp(e->kind, "resumed") == 0) {
+        if (b->open_line)
+            putchar('\n');
+        b->open_line = false;
+        double gs = 0;
+        for (size_t i = 0; i < e->n_metrics; i++)
+            if (strcmp(e->metrics[i]->name, "global_step") == 0)
+                gs = e->metrics[i]->value;
+        printf("job %s: resumed from a checkpoint at epoch %u, step %llu (global step %.0f)\n",
+               b->id, e->epoch, (unsigned long long)e->step, gs);
     }
     fflush(stdout);
 }
@@ -235,20 +246,21 @@ int dt_cli_watch_job(dt_cli_conn *c, const char *id, bool json)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: dtrain watch JOB [--json] [--addr HOST:PORT] [--token-file FILE]\n\n"
-            "Follows a job until it ends. On a terminal it prints Keras's progress bar:\n"
-            "  Epoch 1/3\n"
-            "  469/469 [==============================] - 9s 19ms/step - loss: 0.5200 - "
-            "accuracy: 0.8100\n"
-            "With --json, or when stdout is not a terminal, one JSON object per event and line:\n"
-            "{\"job\", \"seq\", \"kind\" (state, epoch_begin, step, epoch_end), \"epoch\",\n"
-            "\"epochs\", \"step\", \"steps\", \"metrics\", \"elapsed_s\", \"state\", "
-            "\"message\", \"time_unix\"}.\n"
-            "When the chief does not answer for 5 s, watch says so on stderr and keeps trying;\n"
-            "a chief that restarts and resumes the job is followed on.\n"
-            "Exit status: 0 the job succeeded, 1 it failed or was cancelled (or the chief went\n"
-            "away for 300 s), 2 an unknown job or bad usage.\n");
+    fprintf(
+        f,
+        "usage: dtrain watch JOB [--json] [--addr HOST:PORT] [--token-file FILE]\n\n"
+        "Follows a job until it ends. On a terminal it prints Keras's progress bar:\n"
+        "  Epoch 1/3\n"
+        "  469/469 [==============================] - 9s 19ms/step - loss: 0.5200 - "
+        "accuracy: 0.8100\n"
+        "With --json, or when stdout is not a terminal, one JSON object per event and line:\n"
+        "{\"job\", \"seq\", \"kind\" (state, resumed, epoch_begin, step, epoch_end), \"epoch\",\n"
+        "\"epochs\", \"step\", \"steps\", \"metrics\", \"elapsed_s\", \"state\", "
+        "\"message\", \"time_unix\"}.\n"
+        "When the chief does not answer for 5 s, watch says so on stderr and keeps trying;\n"
+        "a chief that restarts and resumes the job is followed on.\n"
+        "Exit status: 0 the job succeeded, 1 it failed or was cancelled (or the chief went\n"
+        "away for 300 s), 2 an unknown job or bad usage.\n");
 }
 
 int dt_cli_watch(int argc, char **argv)

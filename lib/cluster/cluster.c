@@ -36,6 +36,22 @@ static void on_tick(uv_timer_t *t)
     if (c->closing || c->leaving)
         return;
     int64_t now = dt_now_ms();
+    if (c->last_tick_ms && now - c->last_tick_ms > c->o.dead_after_ms / 2) {
+        /* This process did not run (SIGSTOP, a frozen VM, a starved CPU): the peers' silence
+         * over that time says nothing about them, so it is not held against them. */
+        DT_WARN("cluster",
+                "this daemon did not run for %.1f s (stopped or starved of CPU); its peers get "
+                "a fresh %.1f s to be heard from",
+                (double)(now - c->last_tick_ms) / 1000.0, (double)c->o.dead_after_ms / 1000.0);
+        if (c->is_chief) {
+            for (int r = 0; r < c->nmembers; r++)
+                if (c->members[r].state == MEMBER_JOINED)
+                    c->members[r].last_seen_ms = now;
+        } else {
+            c->last_reply_ms = now;
+        }
+    }
+    c->last_tick_ms = now;
     if (c->is_chief)
         dt__cluster_chief_tick(c, now);
     else
@@ -138,6 +154,11 @@ uint64_t dt_cluster_generation(const dt_cluster *c)
 bool dt_cluster_formed(const dt_cluster *c)
 {
     return c->formed;
+}
+
+bool dt_cluster_chief_lost(const dt_cluster *c)
+{
+    return !c->is_chief && c->chief_dead;
 }
 
 bool dt_cluster_member_up(const dt_cluster *c, int rank, uint64_t *incarnation)

@@ -68,5 +68,7 @@ bool dt_cluster_formed(const dt_cluster *c);
 /* The chief's view of the task of rank: true when it has joined and is heartbeating; its
  * incarnation (random per daemon start: a change means it restarted) in *incarnation. */
 bool dt_cluster_member_up(const dt_cluster *c, int rank, uint64_t *incarnation);
+/* A worker's view: the chief has not answered for dead_after_ms (false on the chief). */
+bool dt_cluster_chief_lost(const dt_cluster *c);
 
 #endif

@@ -68,6 +68,7 @@ struct dt_cluster {
     int handles_open;
     int64_t started_ms;
     int64_t last_wait_log_ms;
+    int64_t last_tick_ms;
     uv_timer_t tick;
 
     /* worker side */

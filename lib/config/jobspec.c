@@ -508,6 +508,29 @@ static dt_status parse_outputs(const cJSON *root, const dt_jobspec_roots *roots,
     return DT_OK;
 }
 
+static dt_status parse_fault_tolerance(const cJSON *root, dt_jobspec *s, dt_err *err)
+{
+    s->max_restarts = 3;
+    s->rejoin_timeout_s = 300;
+    const cJSON *f;
+    DT_TRY(get_object(root, "fault_tolerance", false, &f, err));
+    if (!f)
+        return DT_OK;
+    static const char *const keys[] = {"max_restarts", "rejoin_timeout_s", "min_workers", NULL};
+    DT_TRY(check_keys(f, "$.fault_tolerance", keys, err));
+    int64_t v = s->max_restarts;
+    DT_TRY(get_int(f, "max_restarts", "$.fault_tolerance", 0, 1000, false, &v, err));
+    s->max_restarts = (int)v;
+    v = s->rejoin_timeout_s;
+    DT_TRY(get_int(f, "rejoin_timeout_s", "$.fault_tolerance", 1, 7 * 86400, false, &v, err));
+    s->rejoin_timeout_s = (int)v;
+    v = 0;
+    /* The cluster's size is checked at submit, where it is known. */
+    DT_TRY(get_int(f, "min_workers", "$.fault_tolerance", 1, 100000, true, &v, err));
+    s->min_workers = (int)v;
+    return DT_OK;
+}
+
 static dt_status parse_root(const cJSON *root, const dt_jobspec_roots *roots, dt_jobspec *s,
                             dt_err *err)
 {
@@ -515,8 +538,9 @@ static dt_status parse_root(const cJSON *root, const dt_jobspec_roots *roots, dt
         return dt_err_set(err, DT_EINVAL, "$: a job spec must be a JSON object, got %s",
                           type_name(root));
     static const char *const keys[] = {
-        "name",     "model",      "initial_weights", "compile",     "data", "fit",
-        "strategy", "checkpoint", "tensorboard",     "description", NULL};
+        "name",        "model",       "initial_weights", "compile",
+        "data",        "fit",         "strategy",        "checkpoint",
+        "tensorboard", "description", "fault_tolerance", NULL};
     DT_TRY(check_keys(root, "$", keys, err));
     DT_TRY(parse_name(root, s, err));
     DT_TRY(parse_model(root, roots, s, err));
@@ -533,6 +557,7 @@ static dt_status parse_root(const cJSON *root, const dt_jobspec_roots *roots, dt
     DT_TRY(parse_fit(root, s, err));
     DT_TRY(parse_strategy(root, s, err));
     DT_TRY(parse_outputs(root, roots, s, err));
+    DT_TRY(parse_fault_tolerance(root, s, err));
 
     char *canon = cJSON_PrintUnformatted(root);
     if (!canon)

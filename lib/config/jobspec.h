@@ -104,6 +104,11 @@ typedef struct dt_jobspec {
 
     char *tensorboard_dir; /* $.tensorboard.log_dir resolved under state_dir, or NULL */
 
+    /* $.fault_tolerance: what the job service does when a task dies or hangs mid-job. */
+    int max_restarts;     /* default 3: restarts from the latest checkpoint before it fails */
+    int rejoin_timeout_s; /* default 300: how long a lost task may take to come back */
+    int min_workers;      /* default 0: every ring task; fewer lets the job shrink */
+
     /* FNV-1a 64 of the canonical (unformatted cJSON) spec: checkpoints record it so a resume
      * refuses a checkpoint of another spec. */
     uint64_t hash;

@@ -46,6 +46,16 @@ static void validate_done(dt_service *j, jcall *c)
         dt_rpc_call_fail(c->call, st, c->err.msg);
         return;
     }
+    if (c->sum.min_workers > (uint32_t)j->spec->world_size) {
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "$.fault_tolerance.min_workers: %u, but the cluster has %d ring task%s (the "
+                 "chief and the workers); give at most %d",
+                 c->sum.min_workers, j->spec->world_size, j->spec->world_size == 1 ? "" : "s",
+                 j->spec->world_size);
+        dt_rpc_call_fail(c->call, DT_EINVAL, msg);
+        return;
+    }
     job *jb = dt__service_job_new();
     if (!jb) {
         dt_rpc_call_fail(c->call, DT_ENOMEM, "out of memory");
@@ -58,6 +68,10 @@ static void validate_done(dt_service *j, jcall *c)
     c->text = NULL;
     jb->rec.epochs = c->sum.epochs;
     jb->rec.params = c->sum.params;
+    jb->rec.max_restarts = c->sum.max_restarts;
+    jb->rec.rejoin_timeout_s = c->sum.rejoin_timeout_s;
+    jb->rec.min_workers =
+        c->sum.min_workers == (uint32_t)j->spec->world_size ? 0 : c->sum.min_workers;
     jb->rec.world = (uint32_t)j->spec->world_size;
     jb->rec.submitted = dt_wall_s();
     dt_err err = {0};
@@ -165,7 +179,7 @@ void dt__service_on_cancel(dt_service *j, dt_rpc_call *call)
         } else {
             jb->act->cancel_requested = true;
             jb->act->cancel_at_ms = dt_now_ms() + CANCEL_GRACE_MS;
-            dt__service_cancel_ranks(j, jb, jb->rec.error);
+            dt__service_cancel_ranks(j, jb, jb->rec.error, false);
         }
     }
     reply_job(call, jb);

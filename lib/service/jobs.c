@@ -61,6 +61,7 @@ static void jcall_free(jcall *c)
     free(c->text3);
     free(c->out);
     free(c->pin);
+    free(c->tasks);
     free(c);
 }
 
@@ -151,8 +152,17 @@ static void on_tick(uv_timer_t *t)
     if (j->closing)
         return;
     dt__service_runner_reap(&j->rn);
-    if (!j->is_chief)
+    if (!j->is_chief) {
+        /* The chief is gone or hung: it will restart the job from a checkpoint, so the run
+         * here (stuck in the ring with it, or about to be) stops now. */
+        if (j->o.cluster && dt_cluster_chief_lost(j->o.cluster)) {
+            char who[300], why[400];
+            dt__service_rank_name(j, 0, who, sizeof who);
+            snprintf(why, sizeof why, "the chief %s does not answer", who);
+            dt__service_runner_abort(&j->rn, why);
+        }
         return;
+    }
     dt__service_watchers_finish(j, NULL, false);
     dt__service_schedule(j);
 }
@@ -194,7 +204,7 @@ dt_status dt_service_new(const dt_service_opts *opts, dt_service **out, dt_err *
             dt_service_free(j);
             return dt_err_set(err, DT_ENOMEM, "jobs: out of memory");
         }
-        dt__service_queue_recover(&j->q, list, n, DT_SERVICE_MAX_RESTARTS, changed);
+        dt__service_queue_recover(&j->q, list, n, changed);
         for (int i = 0; i < n; i++) {
             if (!changed[i])
                 continue;
@@ -202,8 +212,8 @@ dt_status dt_service_new(const dt_service_opts *opts, dt_service **out, dt_err *
             char msg[160];
             snprintf(msg, sizeof msg,
                      "dtraind on the chief restarted: the job resumes from its latest "
-                     "checkpoint (restart %u of %d)",
-                     jb->rec.restarts, DT_SERVICE_MAX_RESTARTS);
+                     "checkpoint (restart %u of %u)",
+                     jb->rec.restarts, jb->rec.max_restarts);
             dt__service_save_or_warn(j, jb);
             /* Watchers see the job go back to the queue (or fail), and why. */
             dt__service_state_event(j, jb, jb->rec.state == JOB_QUEUED ? msg : jb->rec.error);
@@ -319,7 +329,7 @@ void dt_service_free(dt_service *j)
         DT_WARN("jobs", "job %s: stopped with the daemon; it resumes when the daemon restarts",
                 j->active->rec.id);
         dt__service_save_or_warn(j, j->active);
-        dt__service_cancel_ranks(j, j->active, "dtraind on the chief is stopping");
+        dt__service_cancel_ranks(j, j->active, "dtraind on the chief is stopping", false);
     }
     dt__service_runner_stop(&j->rn, 10000);
     dt__service_watchers_finish(j, NULL, true);

@@ -49,6 +49,9 @@ void dt__service_job_pb(const job_record *rec, info_buf *b)
     in->n_weights_hashes = (size_t)rec->nhashes;
     in->weights_hashes = rec->hashes;
     in->restarts = rec->restarts;
+    in->max_restarts = rec->max_restarts;
+    in->rejoin_timeout_s = rec->rejoin_timeout_s;
+    in->min_workers = rec->min_workers;
 }
 
 void dt__service_event_pb(const jevent *e, Dtrain__V1__JobEvent *o, Dtrain__V1__Metric *m,
@@ -106,6 +109,13 @@ cJSON *dt_service_job_json(const Dtrain__V1__JobInfo *j)
     cJSON_AddNumberToObject(o, "examples", (double)j->examples);
     cJSON_AddNumberToObject(o, "params", (double)j->params);
     cJSON_AddNumberToObject(o, "restarts", j->restarts);
+    cJSON *ft = cJSON_AddObjectToObject(o, "fault_tolerance");
+    cJSON_AddNumberToObject(ft, "max_restarts", j->max_restarts);
+    cJSON_AddNumberToObject(ft, "rejoin_timeout_s", j->rejoin_timeout_s);
+    if (j->min_workers)
+        cJSON_AddNumberToObject(ft, "min_workers", j->min_workers);
+    else
+        cJSON_AddNullToObject(ft, "min_workers");
     add_time(o, "submitted_unix", j->submitted_unix);
     add_time(o, "started_unix", j->started_unix);
     add_time(o, "finished_unix", j->finished_unix);
@@ -191,6 +201,14 @@ void dt__service_record_from_json(const cJSON *o, job_record *rec)
     free(rec->weights_path);
     rec->weights_path = w && *w ? strdup(w) : NULL;
     rec->restarts = (uint32_t)num(o, "restarts");
+    /* Jobs stored before $.fault_tolerance existed get its defaults. */
+    const cJSON *ft = cJSON_GetObjectItemCaseSensitive(o, "fault_tolerance");
+    bool has = cJSON_IsObject(ft);
+    rec->max_restarts = has ? (uint32_t)num(ft, "max_restarts") : 3;
+    rec->rejoin_timeout_s = has ? (uint32_t)num(ft, "rejoin_timeout_s") : 300;
+    rec->min_workers = has ? (uint32_t)num(ft, "min_workers") : 0;
+    if (!rec->rejoin_timeout_s)
+        rec->rejoin_timeout_s = 300;
 }
 
 void dt__service_event_from_json(const cJSON *o, jevent *ev)

@@ -13,8 +13,9 @@
 #include <string.h>
 
 static const char *const state_names[] = {
-    [JOB_QUEUED] = "queued",       [JOB_PREPARING] = "preparing", [JOB_RUNNING] = "running",
-    [JOB_SUCCEEDED] = "succeeded", [JOB_FAILED] = "failed",       [JOB_CANCELLED] = "cancelled",
+    [JOB_QUEUED] = "queued",         [JOB_PREPARING] = "preparing", [JOB_RUNNING] = "running",
+    [JOB_RESTARTING] = "restarting", [JOB_SUCCEEDED] = "succeeded", [JOB_FAILED] = "failed",
+    [JOB_CANCELLED] = "cancelled",
 };
 
 const char *dt__service_state_name(job_state s)
@@ -43,9 +44,13 @@ bool dt__service_can_move(job_state from, job_state to)
     case JOB_QUEUED:
         return to == JOB_PREPARING || to == JOB_FAILED || to == JOB_CANCELLED;
     case JOB_PREPARING:
-        return to == JOB_RUNNING || to == JOB_QUEUED || to == JOB_FAILED || to == JOB_CANCELLED;
+        return to == JOB_RUNNING || to == JOB_RESTARTING || to == JOB_QUEUED || to == JOB_FAILED ||
+               to == JOB_CANCELLED;
     case JOB_RUNNING:
-        return to == JOB_SUCCEEDED || to == JOB_QUEUED || to == JOB_FAILED || to == JOB_CANCELLED;
+        return to == JOB_SUCCEEDED || to == JOB_RESTARTING || to == JOB_QUEUED ||
+               to == JOB_FAILED || to == JOB_CANCELLED;
+    case JOB_RESTARTING:
+        return to == JOB_PREPARING || to == JOB_QUEUED || to == JOB_FAILED || to == JOB_CANCELLED;
     case JOB_FAILED:
     case JOB_CANCELLED:
         return to == JOB_QUEUED; /* dtrain resume */
@@ -194,7 +199,7 @@ void dt__service_record_progress(job_record *rec, const jevent *ev)
         rec->epochs = ev->epochs;
     if (ev->steps)
         rec->steps_per_epoch = ev->steps;
-    if (strcmp(ev->kind, "step") == 0)
+    if (strcmp(ev->kind, "step") == 0 || strcmp(ev->kind, "resumed") == 0)
         rec->step = ev->step;
     else if (strcmp(ev->kind, "epoch_begin") == 0)
         rec->step = 0;
@@ -218,7 +223,7 @@ void dt__service_record_progress(job_record *rec, const jevent *ev)
 /* --- a run that holds the cluster ----------------------------------------------------------------
  */
 
-dt_status dt__service_activate(job *jb, uint32_t world, dt_err *err)
+dt_status dt__service_activate(job *jb, uint32_t world, const uint32_t *tasks, dt_err *err)
 {
     dt__service_deactivate(jb);
     free_hashes(&jb->rec);
@@ -229,6 +234,9 @@ dt_status dt__service_activate(job *jb, uint32_t world, dt_err *err)
         a->prepared = calloc(world, 1);
         a->done = calloc(world, 1);
         a->incarnations = calloc(world, sizeof *a->incarnations);
+        a->tasks = calloc(world, sizeof *a->tasks);
+        for (uint32_t r = 0; r < world && a->tasks; r++)
+            a->tasks[r] = tasks ? tasks[r] : r;
     }
     /* Empty until the rank reports: protobuf-c cannot pack a NULL string. */
     jb->rec.hashes = calloc(world, sizeof(char *));
@@ -238,7 +246,8 @@ dt_status dt__service_activate(job *jb, uint32_t world, dt_err *err)
         jb->rec.nhashes++;
     }
     jb->rec.world = world;
-    if (!a || !a->prepared || !a->done || !a->incarnations || jb->rec.nhashes != (int)world) {
+    if (!a || !a->prepared || !a->done || !a->incarnations || !a->tasks ||
+        jb->rec.nhashes != (int)world) {
         dt__service_deactivate(jb);
         free_hashes(&jb->rec);
         return dt_err_set(err, DT_ENOMEM, "out of memory starting the job");
@@ -252,6 +261,7 @@ void dt__service_deactivate(job *jb)
     if (!a)
         return;
     free(a->incarnations);
+    free(a->tasks);
     free(a->prepared);
     free(a->done);
     free(a);
@@ -335,8 +345,7 @@ void dt__service_queue_destroy(job_queue *q)
     memset(q, 0, sizeof *q);
 }
 
-void dt__service_queue_recover(job_queue *q, job **list, int n, uint32_t max_restarts,
-                               bool *changed)
+void dt__service_queue_recover(job_queue *q, job **list, int n, bool *changed)
 {
     if (!q->next_id)
         q->next_id = 1;
@@ -344,17 +353,19 @@ void dt__service_queue_recover(job_queue *q, job **list, int n, uint32_t max_res
         job *jb = list[i];
         job_record *rec = &jb->rec;
         changed[i] = false;
-        if (rec->state == JOB_PREPARING || rec->state == JOB_RUNNING) {
+        if (rec->state == JOB_PREPARING || rec->state == JOB_RUNNING ||
+            rec->state == JOB_RESTARTING) {
             /* The chief stopped (or died) under the job: run it again from its latest
-             * checkpoint, a few times at most, so a job that kills its daemon ends. */
-            bool again = rec->restarts < max_restarts;
+             * checkpoint, max_restarts times at most, so a job that kills its daemon ends. */
+            bool again = rec->restarts < rec->max_restarts;
             char msg[2 * DT_ERR_LEN];
             snprintf(msg, sizeof msg,
                      "dtraind on the chief restarted while the job was %s (epoch %u, step "
                      "%llu)%s",
                      dt__service_state_name(rec->state), rec->epoch, (unsigned long long)rec->step,
                      again ? "; it resumes from its latest checkpoint"
-                           : "; it was resumed too often already: resubmit it");
+                           : "; it was restarted $.fault_tolerance.max_restarts times already: "
+                             "resume it with dtrain resume");
             DT_WARN("jobs", "job %s: %s", rec->id, msg);
             if (again) {
                 dt__service_move(jb, JOB_QUEUED);

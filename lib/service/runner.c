@@ -18,7 +18,7 @@
 #define PREPARED_POLL_MS  200
 #define PREPARED_WAIT_MS  (15 * 60 * 1000) /* the other tasks may take long to load data */
 #define CHIEF_SILENCE_MS  30000            /* the chief unreachable this long: give up */
-#define FINISHED_RETRY_MS 10000
+#define FINISHED_RETRY_MS 60000            /* the chief may be restarting; a newer Start ends it */
 #define CANCEL_ABORT_MS   3000 /* a cancelled trainer still running then: abort its ring */
 
 /* One run of a job on this daemon; the trainer thread reads it through its task. */
@@ -26,7 +26,7 @@ struct jrun {
     runner *rn;
     char id[JOB_ID_LEN];
     char *spec_json;
-    uint64_t generation;
+    uint32_t *tasks;    /* the ring tasks of the job's ranks, or NULL: all */
     char job_dir[4096]; /* <state-dir>/jobs/ID */
     trainer_task task;
     pthread_t thread;
@@ -49,6 +49,7 @@ static void run_free(jrun *r)
     dt_rpc_channel_free(r->chief);
     pthread_mutex_destroy(&r->mu);
     free(r->spec_json);
+    free(r->tasks);
     free(r);
 }
 
@@ -110,13 +111,20 @@ static dt_status run_new(runner *rn, const Dtrain__V1__StartJobRequest *req, jru
     pthread_mutex_init(&r->mu, NULL);
     r->rn = rn;
     snprintf(r->id, sizeof r->id, "%s", req->id);
-    r->generation = req->generation;
+    if (req->n_tasks) {
+        if (!(r->tasks = malloc(req->n_tasks * sizeof *r->tasks))) {
+            run_free(r);
+            return dt_err_set(err, DT_ENOMEM, "out of memory");
+        }
+        memcpy(r->tasks, req->tasks, req->n_tasks * sizeof *r->tasks);
+    }
     r->task = (trainer_task){
         .spec_json = r->spec_json,
         .spec_len = strlen(r->spec_json),
         .rank = (int)req->rank,
         .world = (int)req->world_size,
         .resume = req->resume,
+        .tasks = r->tasks,
         .job_dir = r->job_dir,
         .data_root = rn->data_root,
         .state_dir = rn->state_dir,
@@ -147,16 +155,17 @@ void dt__service_runner_start(runner *rn, dt_rpc_call *call)
     char msg[2 * DT_ERR_LEN] = "";
     dt_status st = DT_OK;
     dt__service_runner_reap(rn);
-    if (rn->run && (strcmp(rn->run->id, req->id) != 0 || rn->run->generation != req->generation)) {
+    if (rn->run && (strcmp(rn->run->id, req->id) != 0 || rn->run->task.session != req->session)) {
         /* The chief starts another run, so the one here is over for it: either it reported
-         * Finished and has nothing left but to return, or the chief restarted (or lost it)
-         * and it is stale. Stop it, without a report, and wait a little for its thread. */
+         * Finished and has nothing left but to return, or the chief restarted the job, or
+         * lost this task (it hung, or was cut off) and went on: it is stale. Stop it, without
+         * a report, and wait a little for its thread. */
         jrun *old = rn->run;
+        atomic_store(&old->stopping, true);
         if (!atomic_load(&old->reported)) {
-            DT_WARN("jobs", "job %s: stopping a stale run (the chief now starts job %s)", old->id,
-                    req->id);
-            atomic_store(&old->stopping, true);
-            cancel_run(old, "the chief started another job", true);
+            DT_WARN("jobs", "job %s: stopping a stale run (the chief now starts %s %s)", old->id,
+                    strcmp(old->id, req->id) ? "job" : "a new run of job", req->id);
+            cancel_run(old, "the chief started another run", true);
         }
         /* Briefly: the loop must keep heartbeating. Not done yet -> FAILED_PRECONDITION, and
          * the chief asks again a second later. */
@@ -172,18 +181,26 @@ void dt__service_runner_start(runner *rn, dt_rpc_call *call)
             rn->run = NULL;
         }
     }
-    if (rn->run && strcmp(rn->run->id, req->id) == 0 && rn->run->generation == req->generation) {
+    int rank = rn->spec->self.rank, world = rn->spec->world_size;
+    if (req->n_tasks) { /* a shrunk job: this task's rank among those it runs on */
+        world = (int)req->n_tasks;
+        rank = -1;
+        for (size_t i = 0; i < req->n_tasks; i++)
+            if ((int)req->tasks[i] == rn->spec->self.rank)
+                rank = (int)i;
+    }
+    if (rn->run && strcmp(rn->run->id, req->id) == 0 && rn->run->task.session == req->session) {
         /* a retried Start: already running */
     } else if (rn->run) {
         st = DT_ESTATE;
         snprintf(msg, sizeof msg, "this task is still stopping job %s; try again", rn->run->id);
-    } else if ((int)req->rank != rn->spec->self.rank ||
-               (int)req->world_size != rn->spec->world_size) {
+    } else if ((int)req->rank != rank || (int)req->world_size != world ||
+               world > rn->spec->world_size) {
         st = DT_EINVAL;
         snprintf(msg, sizeof msg,
                  "the chief sees this task as rank %u of %u, but it is rank %d of %d: are the "
                  "TF_CONFIGs the same everywhere?",
-                 req->rank, req->world_size, rn->spec->self.rank, rn->spec->world_size);
+                 req->rank, req->world_size, rank, world);
     } else if (!req->id || !*req->id || strlen(req->id) >= JOB_ID_LEN ||
                strspn(req->id, "0123456789") != strlen(req->id)) {
         st = DT_EINVAL;
@@ -223,12 +240,21 @@ void dt__service_runner_cancel(runner *rn, dt_rpc_call *call)
     /* A cancel of an earlier run of the same job (a restarted chief's) leaves this one be. */
     if (rn->run && strcmp(rn->run->id, req->id) == 0 && rn->run->task.session == req->session &&
         !atomic_load(&rn->run->finished)) {
-        DT_INFO("jobs", "job %s: stopping (%s)", req->id, req->reason);
-        cancel_run(rn->run, req->reason, false);
+        DT_INFO("jobs", "job %s: stopping%s (%s)", req->id, req->abort ? " now" : "", req->reason);
+        cancel_run(rn->run, req->reason, req->abort);
     }
     Dtrain__V1__Ack ack = DTRAIN__V1__ACK__INIT;
     dt_rpc_call_reply(call, &ack.base);
     protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void dt__service_runner_abort(runner *rn, const char *why)
+{
+    jrun *r = rn->run;
+    if (!r || atomic_load(&r->finished) || atomic_load(&r->cancel))
+        return;
+    DT_WARN("jobs", "job %s: stopping now: %s", r->id, why);
+    cancel_run(r, why, true);
 }
 
 void dt__service_runner_stop(runner *rn, int64_t timeout_ms)
@@ -334,6 +360,10 @@ static void report_finished(void *ctx, dt_status st, const char *error, const ch
     req.weights_hash = (char *)(weights_hash ? weights_hash : "");
     req.weights_path = (char *)(weights_path ? weights_path : "");
     req.session = r->task.session;
+    if (st == DT_OK)
+        DT_INFO("jobs", "job %s: rank %d done", r->id, r->task.rank);
+    else
+        DT_INFO("jobs", "job %s: rank %d ended: %s", r->id, r->task.rank, error);
     dt_deadline until = dt_deadline_in(FINISHED_RETRY_MS);
     dt_err e = {0};
     atomic_store(&r->reported, true);
@@ -351,8 +381,4 @@ static void report_finished(void *ctx, dt_status st, const char *error, const ch
         }
         dt_sleep_ms(300);
     }
-    if (st == DT_OK)
-        DT_INFO("jobs", "job %s: rank %d done", r->id, r->task.rank);
-    else
-        DT_INFO("jobs", "job %s: rank %d ended: %s", r->id, r->task.rank, error);
 }

@@ -18,9 +18,12 @@
  * spec completely, gives it an id, persists it under <state-dir>/jobs/ID/ (spec.json and
  * state.json, atomic writes), queues it (one job runs at a time), starts it on every ring task,
  * collects progress events (numbered) for watchers, and ends it: succeeded when every rank
- * finished, failed when one failed or its daemon died (the error names the task), cancelled on
- * request. A daemon restart keeps the job list; a job that was running is queued again and
- * resumes from its latest checkpoint (at most DT_SERVICE_MAX_RESTARTS times).
+ * finished, cancelled on request. When a task dies, hangs or fails mid-job, the job goes to
+ * `restarting`: the other tasks stop, the chief waits for the lost task to rejoin, and every
+ * task resumes from the latest checkpoint (the chief loads it and broadcasts it, so no other
+ * task needs it on disk); after $.fault_tolerance.max_restarts restarts, or when the task
+ * stays away, the job fails naming it (or shrinks to $.fault_tolerance.min_workers). A chief
+ * restart keeps the job list; a job that was running is queued again and resumes the same way.
  *
  * The all-reduce benchmark (dt_service_bench): the comm hub the rpc server serves ring streams
  * on, and Comm.Bench / Comm.BenchRun behind `dtrain bench allreduce`.
@@ -50,8 +53,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
-
-#define DT_SERVICE_MAX_RESTARTS 3 /* resumes after chief restarts before a job fails */
 
 /* --- the jobs ----------------------------------------------------------------------------------
  */
@@ -84,8 +85,9 @@ void dt_service_free(dt_service *s);
 
 /* DESIGN's `status --json` object: {"id", "name", "state", "epoch", "epochs", "step",
  * "steps_per_epoch", "global_step", "metrics", "error" (null when none), "world_size",
- * "examples", "params", "restarts", "submitted_unix", "started_unix", "finished_unix" (null
- * until then), "weights_path", "weights_hashes"}. The CLI prints it; the chief stores it as
+ * "examples", "params", "restarts", "fault_tolerance" {"max_restarts", "rejoin_timeout_s",
+ * "min_workers" (null: all)}, "submitted_unix", "started_unix", "finished_unix" (null until
+ * then), "weights_path", "weights_hashes"}. The CLI prints it; the chief stores it as
  * state.json. The caller owns the result. */
 cJSON *dt_service_job_json(const Dtrain__V1__JobInfo *j);
 /* One progress event as `watch --json` prints it and events.jsonl keeps it: {"job", "seq",

@@ -54,6 +54,7 @@ typedef enum job_state {
     JOB_QUEUED = 0,
     JOB_PREPARING,
     JOB_RUNNING,
+    JOB_RESTARTING, /* a task was lost: the others stop, then all resume from the checkpoint */
     JOB_SUCCEEDED,
     JOB_FAILED,
     JOB_CANCELLED,
@@ -96,7 +97,9 @@ typedef struct job_record {
     char *weights_path; /* the final weights on the chief, owned; NULL until then */
     char **hashes;      /* per rank once started ("" until it reports), owned */
     int nhashes;
-    uint32_t restarts; /* resumed after a chief restart this many times */
+    uint32_t restarts; /* restarted after a lost task or chief this many times */
+    /* $.fault_tolerance, from the validated spec */
+    uint32_t max_restarts, rejoin_timeout_s, min_workers; /* min_workers 0: all */
 } job_record;
 
 /* The progress events kept for watchers: a ring of cap (at most JOB_MAX_EVENTS), oldest at
@@ -112,6 +115,7 @@ typedef struct job_events {
 typedef struct job_active {
     uint64_t generation, session;
     uint32_t world;
+    uint32_t *tasks;        /* [world] the ring task (cluster rank) of each job rank */
     uint64_t *incarnations; /* [world] each rank's daemon when the job started */
     uint8_t *prepared;      /* [world] */
     uint8_t *done;          /* [world] reported Finished, or will never report */
@@ -121,6 +125,10 @@ typedef struct job_active {
     int64_t release_at_ms; /* terminal: give up waiting for the ranks' Finished after this */
     int64_t prepare_by_ms;
     int64_t saved_ms; /* last state.json write of progress */
+    /* restarting: the ranks must have stopped by stop_by_ms; the lost tasks rejoin by
+     * rejoin_by_ms, or the job fails (or shrinks to min_workers) */
+    int64_t stop_by_ms, rejoin_by_ms;
+    bool grow; /* a task the job shrank past is back: restart on every task at an epoch end */
 } job_active;
 
 typedef struct job job;
@@ -142,8 +150,9 @@ const char *dt__service_state_name(job_state s);
 bool dt__service_state_parse(const char *name, job_state *out);
 bool dt__service_terminal(const job *jb);
 /* Whether a job may go from one state to another: queued -> preparing -> running -> an end,
- * any live state -> failed or cancelled, preparing/running -> queued when a restarted chief
- * resumes it, and failed/cancelled -> queued when a user resumes it. Nothing leaves success. */
+ * any live state -> failed or cancelled, preparing/running -> restarting -> preparing when a
+ * task is lost, preparing/running/restarting -> queued when a restarted chief resumes it, and
+ * failed/cancelled -> queued when a user resumes it. Nothing leaves success. */
 bool dt__service_can_move(job_state from, job_state to);
 /* Moves jb to state to, or leaves it and returns false when the move is not allowed. */
 bool dt__service_move(job *jb, job_state to);
@@ -166,8 +175,9 @@ void dt__service_events_destroy(job_events *e);
 /* A progress event from rank 0 into the record: epoch, step and the metrics it carries. */
 void dt__service_record_progress(job_record *rec, const jevent *ev);
 
-/* The bookkeeping of a start on world ranks: clears the hashes, prepared and done. */
-dt_status dt__service_activate(job *jb, uint32_t world, dt_err *err);
+/* The bookkeeping of a start on world ranks, job rank r on ring task tasks[r] (NULL: r):
+ * clears the hashes, prepared and done. */
+dt_status dt__service_activate(job *jb, uint32_t world, const uint32_t *tasks, dt_err *err);
 void dt__service_deactivate(job *jb);
 
 /* A rank will not report (it died, or it failed before it ran); false when it was counted. */
@@ -181,10 +191,9 @@ bool dt__service_queue_unlink(job_queue *q, job *jb);
 void dt__service_queue_destroy(job_queue *q);
 /* Adds the jobs loaded from disk (oldest first; the queue takes them) after the bookkeeping of
  * a chief restart: a job that was preparing or running is queued again to resume from its
- * latest checkpoint, or fails once it has been resumed max_restarts times. *changed[i] says
+ * latest checkpoint, or fails once it has been restarted rec.max_restarts times. *changed[i] says
  * that list[i] must be saved. */
-void dt__service_queue_recover(job_queue *q, job **list, int n, uint32_t max_restarts,
-                               bool *changed);
+void dt__service_queue_recover(job_queue *q, job **list, int n, bool *changed);
 
 /* --- json.c: on the wire
  * --------------------------------------------------------------------------- */
@@ -230,6 +239,7 @@ typedef struct jt_summary {
     char name[128];
     uint32_t epochs;
     uint64_t params;
+    uint32_t max_restarts, rejoin_timeout_s, min_workers;
 } jt_summary;
 
 /* Parses a spec with the daemon's roots (data_root for reads, state_dir for writes). */
@@ -284,7 +294,8 @@ typedef struct trainer_task {
     size_t spec_len;
     int rank, world;
     bool resume;
-    const char *job_dir; /* <state-dir>/jobs/ID */
+    const uint32_t *tasks; /* the ring task of each rank (a shrunk job), or NULL: rank r is r */
+    const char *job_dir;   /* <state-dir>/jobs/ID */
     const char *data_root, *state_dir;
     const atomic_bool *cancel;
     const char *cancel_reason; /* set before *cancel */
@@ -319,6 +330,8 @@ void dt__service_runner_start(runner *rn, dt_rpc_call *call);
 void dt__service_runner_cancel(runner *rn, dt_rpc_call *call);
 /* Joins a finished trainer thread, and aborts the ring of one that ignores a cancel (timer). */
 void dt__service_runner_reap(runner *rn);
+/* Stops the run at once (its ring aborted), when one runs; it still reports. */
+void dt__service_runner_abort(runner *rn, const char *why);
 /* Cancels the run (no more reports) and joins its thread for at most timeout_ms. */
 void dt__service_runner_stop(runner *rn, int64_t timeout_ms);
 
@@ -368,7 +381,7 @@ struct jcall {
     dt_rpc_call *call;                     /* the client call to answer, if any */
     char id[JOB_ID_LEN];
     int rank;
-    uint64_t generation;
+    uint64_t session; /* the run it is about */
     dt_status st;
     dt_err err;
     /* inputs */
@@ -377,6 +390,7 @@ struct jcall {
     char *text3;
     dt_rpc_channel *ch;
     Dtrain__V1__StartJobRequest start;
+    uint32_t *tasks; /* start.tasks, owned */
     Dtrain__V1__CancelJobRequest cancel;
     uint32_t batch;
     char format[16];
@@ -410,8 +424,9 @@ void dt__service_state_event(dt_service *j, job *jb, const char *message);
 void dt__service_progress(dt_service *j, const char *id, jevent *ev);
 /* Moves jb to an end (once), saves it, tells watchers, stops the ranks still going. */
 void dt__service_end(dt_service *j, job *jb, job_state st, const char *msg);
-/* Tells every rank that has not reported Finished to stop. */
-void dt__service_cancel_ranks(dt_service *j, job *jb, const char *reason);
+/* Tells every rank that has not reported Finished to stop: after its current step (every rank
+ * after the same one, a checkpoint written), or with abort at once (a peer is lost). */
+void dt__service_cancel_ranks(dt_service *j, job *jb, const char *reason, bool abort);
 /* The timer's work: lost ranks, a prepare past its deadline, the end of the active job, the
  * next start. */
 void dt__service_schedule(dt_service *j);

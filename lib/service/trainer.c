@@ -88,6 +88,17 @@ static void on_epoch_end(void *ctx, const dt_train_epoch_info *e)
     p->h->progress(p->h->ctx, &ev);
 }
 
+static void on_resumed(void *ctx, int epoch, int64_t step, int64_t global_step)
+{
+    progress_ctx *p = ctx;
+    jevent ev = {0};
+    snprintf(ev.kind, sizeof ev.kind, "resumed");
+    ev.epoch = (uint32_t)epoch + 1;
+    ev.step = step > 0 ? (uint64_t)step : 0;
+    metric(&ev, "global_step", (double)global_step);
+    p->h->progress(p->h->ctx, &ev);
+}
+
 /* --- the comm -----------------------------------------------------------------------------------
  */
 
@@ -151,8 +162,8 @@ static dt_status ring_broadcast(void *ctx, void *buf, size_t bytes, int root, dt
     return dt_comm_broadcast(((ring_ctx *)ctx)->c, buf, bytes, root, BROADCAST_TIMEOUT_MS, err);
 }
 
-/* The collectives for this run: none for one task; a ring of every task otherwise (session =
- * the job id and the generation, so a later run of the cluster never mixes with this one). */
+/* The collectives for this run: none for one task; a ring of the run's tasks otherwise (its
+ * session is the run's, so a later run never mixes with this one). */
 static dt_status comm_open(const trainer_task *t, dt_train_comm *out, dt_err *err)
 {
     if (t->world == 1) {
@@ -173,7 +184,7 @@ static dt_status comm_open(const trainer_task *t, dt_train_comm *out, dt_err *er
         goto out;
     }
     for (int i = 0; i < t->world; i++) {
-        const dt_task *task = dt_tfconfig_by_rank(t->cluster, i);
+        const dt_task *task = dt_tfconfig_by_rank(t->cluster, t->tasks ? (int)t->tasks[i] : i);
         addrs[i] = task->address;
         dt_task_name(task, nbuf[i], sizeof nbuf[i]);
         names[i] = nbuf[i];
@@ -248,7 +259,8 @@ void dt__service_trainer_main(const trainer_task *t)
         o.cancel = t->cancel;
         o.resume = t->resume && t->rank == 0;
         if (t->rank == 0)
-            o.progress = (dt_train_progress){&pc, on_epoch_begin, on_step_end, on_epoch_end};
+            o.progress =
+                (dt_train_progress){&pc, on_epoch_begin, on_step_end, on_epoch_end, on_resumed};
         st = dt_train_new(&spec, &o, &tr, &err);
     }
     if (st == DT_OK)

@@ -33,6 +33,9 @@ dt_status dt__service_validate(const char *spec_json, size_t len, const char *da
         snprintf(out->name, sizeof out->name, "%s", spec.name);
         out->epochs = (uint32_t)spec.epochs;
         out->params = info.params_total;
+        out->max_restarts = (uint32_t)spec.max_restarts;
+        out->rejoin_timeout_s = (uint32_t)spec.rejoin_timeout_s;
+        out->min_workers = (uint32_t)spec.min_workers;
     }
     dt_jobspec_destroy(&spec);
     return st;

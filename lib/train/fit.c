@@ -572,6 +572,8 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     DT_TRY(sync_start(t, c, &pos, err));
     res->resumed = pos.resumed != 0;
     res->resumed_step = pos.global_step;
+    if (pos.resumed && pg->resumed)
+        pg->resumed(pg->ctx, (int)pos.epoch, pos.step, pos.global_step);
     if (chief && t->spec->tensorboard_dir && !t->tb)
         DT_TRY(dt_tfevents_open(t->spec->tensorboard_dir, &t->tb, err));
     bool ckpt_on = chief && t->ckpt_dir;

@@ -136,6 +136,9 @@ typedef struct dt_train_progress {
     void (*epoch_begin)(void *ctx, int epoch, int epochs, int64_t steps);
     void (*step_end)(void *ctx, const dt_train_step_info *s);
     void (*epoch_end)(void *ctx, const dt_train_epoch_info *e);
+    /* Once, before the first step, when the run resumed from a checkpoint: the position it
+     * resumed at (epoch 0-based; step within it; optimizer iterations). */
+    void (*resumed)(void *ctx, int epoch, int64_t step, int64_t global_step);
 } dt_train_progress;
 
 /* ------------------------------------------------------------------------ fit -- */

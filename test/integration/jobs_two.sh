@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # timeout: 120
 # Two daemons train one job over the ring: both replicas end with the same weights (hashes);
-# cancel stops both; kill -9 of worker:1 mid-job fails the job with an error naming it while
-# the chief stays up; once worker:1 is back the queue goes on.
+# cancel stops both; kill -9 of worker:1 mid-job (no restarts allowed) fails the job with an
+# error naming it while the chief stays up; once worker:1 is back the queue goes on.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
 jobs_data
 jobs_spec "$DT_TEST_TMP/tiny.json" 2 32
 jobs_spec "$DT_TEST_TMP/long.json" 100000 32 ', "checkpoint": {"save_freq": 100000000}'
+jobs_spec "$DT_TEST_TMP/norestart.json" 100000 32 ', "checkpoint": {"save_freq": 100000000}, "fault_tolerance": {"max_restarts": 0}'
 jobs_daemons 2 two
 
 jc submit "$DT_TEST_TMP/tiny.json" --watch --json >"$DT_TEST_TMP/watch1.jsonl" ||
@@ -30,8 +31,9 @@ jc cancel 2 --timeout 15 >/dev/null || dt_fail "cancel of the two-task job"
 dt_wait_for grep -q "job 2: rank 1 ended" "$DT_TEST_TMP/two-w1.log" --timeout 10 ||
   dt_fail "worker:1 did not stop job 2"
 
-# kill -9 of worker:1 during a job: failed, naming worker:1, within seconds; the chief lives.
-jc submit "$DT_TEST_TMP/long.json" >/dev/null
+# kill -9 of worker:1 during a job that allows no restart: failed, naming worker:1, within
+# seconds; the chief lives.
+jc submit "$DT_TEST_TMP/norestart.json" >/dev/null
 jobs_wait_state 3 running 20
 sleep 0.5
 t0=$(dt__now_ms)
@@ -41,6 +43,7 @@ echo "job failed $(($(dt__now_ms) - t0)) ms after kill -9 of worker:1"
 err=$(jc status 3 --json | dt_json_get error || true)
 echo "error: $err"
 dt_assert_contains "$err" "worker:1" "the error names the dead task"
+dt_assert_contains "$err" "no restart .\\$.fault_tolerance.max_restarts is 0" "the error says why it did not restart"
 "$DT_BIN_DIR/dtrain" cluster --addr "$JOBS_ADDR" --json >/dev/null || dt_fail "the chief stopped answering"
 
 # The next job waits for the cluster, then runs once worker:1 is back.

@@ -72,8 +72,43 @@ DT_TEST(jobspec_defaults)
     ASSERT_FALSE(s.from_logits);
     ASSERT_CONTAINS(s.model_json, "Sequential");
     ASSERT_EQ(strlen(s.hash_hex), 16);
+    ASSERT_EQ(s.max_restarts, 3);
+    ASSERT_EQ(s.rejoin_timeout_s, 300);
+    ASSERT_EQ(s.min_workers, 0);
     dt_jobspec_destroy(&s);
     dt_jobspec_destroy(&s); /* zeroed: a no-op */
+}
+
+DT_TEST(jobspec_fault_tolerance)
+{
+    setup();
+    dt_jobspec s;
+    dt_err err = {0};
+    ASSERT_OK(parse(BASE ", \"fault_tolerance\": {\"max_restarts\": 20, \"rejoin_timeout_s\": 9, "
+                         "\"min_workers\": 2}",
+                    &s, &err),
+              &err);
+    ASSERT_EQ(s.max_restarts, 20);
+    ASSERT_EQ(s.rejoin_timeout_s, 9);
+    ASSERT_EQ(s.min_workers, 2);
+    dt_jobspec_destroy(&s);
+    ASSERT_OK(
+        parse(BASE ", \"fault_tolerance\": {\"max_restarts\": 0, \"min_workers\": null}", &s, &err),
+        &err);
+    ASSERT_EQ(s.max_restarts, 0);
+    ASSERT_EQ(s.min_workers, 0);
+    dt_jobspec_destroy(&s);
+    expect_fail(BASE ", \"fault_tolerance\": {\"max_restarts\": -1}", DT_EINVAL,
+                "$.fault_tolerance.max_restarts: must be an integer in [0, 1000]");
+    expect_fail(BASE ", \"fault_tolerance\": {\"rejoin_timeout_s\": 0}", DT_EINVAL,
+                "$.fault_tolerance.rejoin_timeout_s");
+    expect_fail(BASE ", \"fault_tolerance\": {\"rejoin_timeout_s\": \"5m\"}", DT_EINVAL,
+                "got a string");
+    expect_fail(BASE ", \"fault_tolerance\": {\"min_workers\": 0}", DT_EINVAL,
+                "$.fault_tolerance.min_workers");
+    expect_fail(BASE ", \"fault_tolerance\": {\"restarts\": 2}", DT_EINVAL,
+                "$.fault_tolerance.restarts: unknown key");
+    expect_fail(BASE ", \"fault_tolerance\": 3", DT_EINVAL, "$.fault_tolerance: must be an object");
 }
 
 DT_TEST(jobspec_full)

@@ -17,6 +17,8 @@ static job *make_job(const char *id, const char *name, job_state st)
     jb->rec.spec_json = strdup("{\"name\": \"x\"}");
     jb->rec.spec_len = strlen(jb->rec.spec_json);
     jb->rec.state = st;
+    jb->rec.max_restarts = 3;
+    jb->rec.rejoin_timeout_s = 300;
     return jb;
 }
 
@@ -70,11 +72,12 @@ DT_TEST(service_queue_order_and_lookup)
 
 DT_TEST(service_state_transitions)
 {
-    /* from \ to: queued preparing running succeeded failed cancelled */
-    static const bool allowed[6][6] = {
-        [JOB_QUEUED] = {0, 1, 0, 0, 1, 1},  [JOB_PREPARING] = {1, 0, 1, 0, 1, 1},
-        [JOB_RUNNING] = {1, 0, 0, 1, 1, 1}, [JOB_SUCCEEDED] = {0, 0, 0, 0, 0, 0},
-        [JOB_FAILED] = {1, 0, 0, 0, 0, 0},  [JOB_CANCELLED] = {1, 0, 0, 0, 0, 0},
+    /* from \ to: queued preparing running restarting succeeded failed cancelled */
+    static const bool allowed[7][7] = {
+        [JOB_QUEUED] = {0, 1, 0, 0, 0, 1, 1},    [JOB_PREPARING] = {1, 0, 1, 1, 0, 1, 1},
+        [JOB_RUNNING] = {1, 0, 0, 1, 1, 1, 1},   [JOB_RESTARTING] = {1, 1, 0, 0, 0, 1, 1},
+        [JOB_SUCCEEDED] = {0, 0, 0, 0, 0, 0, 0}, [JOB_FAILED] = {1, 0, 0, 0, 0, 0, 0},
+        [JOB_CANCELLED] = {1, 0, 0, 0, 0, 0, 0},
     };
     for (int from = JOB_QUEUED; from <= JOB_CANCELLED; from++)
         for (int to = JOB_QUEUED; to <= JOB_CANCELLED; to++) {
@@ -105,7 +108,8 @@ DT_TEST(service_activate_and_rank_reports)
 {
     job *jb = make_job("1", "t", JOB_QUEUED);
     dt_err err = {0};
-    ASSERT_OK(dt__service_activate(jb, 3, &err), &err);
+    ASSERT_OK(dt__service_activate(jb, 3, NULL, &err), &err);
+    ASSERT_EQ(jb->act->tasks[2], 2); /* every ring task, in order */
     ASSERT_TRUE(jb->act != NULL);
     ASSERT_EQ(jb->act->world, 3);
     ASSERT_EQ(jb->rec.world, 3);
@@ -121,8 +125,11 @@ DT_TEST(service_activate_and_rank_reports)
     /* A new start (after a chief restart, on another world) starts from nothing. */
     free(jb->rec.hashes[0]);
     jb->rec.hashes[0] = strdup("00ff");
-    ASSERT_OK(dt__service_activate(jb, 2, &err), &err);
+    const uint32_t shrunk[2] = {0, 2}; /* ring task 1 stayed away */
+    ASSERT_OK(dt__service_activate(jb, 2, shrunk, &err), &err);
     ASSERT_EQ(jb->act->ndone, 0);
+    ASSERT_EQ(jb->act->tasks[0], 0);
+    ASSERT_EQ(jb->act->tasks[1], 2);
     ASSERT_EQ(jb->rec.nhashes, 2);
     ASSERT_STREQ(jb->rec.hashes[0], "");
     dt__service_deactivate(jb);
@@ -254,7 +261,7 @@ static job *load_and_recover(const char *dir, job_queue *q, int expect)
     ASSERT_EQ(n, expect);
     bool changed[8] = {0};
     ASSERT_LE(n, 8);
-    dt__service_queue_recover(q, list, n, DT_SERVICE_MAX_RESTARTS, changed);
+    dt__service_queue_recover(q, list, n, changed);
     for (int i = 0; i < n; i++)
         if (changed[i])
             ASSERT_OK(dt__service_save(dir, list[i], false, &err), &err);
@@ -268,14 +275,14 @@ DT_TEST(service_chief_restart_bookkeeping)
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/state", dt_test_tmpdir());
     job *jobs[5] = {
-        make_job("1", "done", JOB_SUCCEEDED),  make_job("2", "running", JOB_RUNNING),
-        make_job("3", "tired", JOB_PREPARING), make_job("4", "requeued", JOB_QUEUED),
+        make_job("1", "done", JOB_SUCCEEDED),   make_job("2", "running", JOB_RUNNING),
+        make_job("3", "tired", JOB_RESTARTING), make_job("4", "requeued", JOB_QUEUED),
         make_job("10", "fresh", JOB_QUEUED),
     };
     jobs[1]->rec.epoch = 2;
     jobs[1]->rec.step = 17;
     jobs[1]->rec.started = 1000;
-    jobs[2]->rec.restarts = DT_SERVICE_MAX_RESTARTS;
+    jobs[2]->rec.restarts = 3;
     jobs[3]->rec.started = 1000; /* queued again by an earlier restart, never run since */
     jobs[3]->rec.restarts = 1;
     save_all(dir, jobs, 5);
@@ -299,10 +306,10 @@ DT_TEST(service_chief_restart_bookkeeping)
     /* Resumed too often: failed, saying so. */
     ASSERT_EQ(tired->rec.state, JOB_FAILED);
     ASSERT_FALSE(tired->resume);
-    ASSERT_CONTAINS(tired->rec.error, "resumed too often");
-    ASSERT_CONTAINS(tired->rec.error, "preparing");
+    ASSERT_CONTAINS(tired->rec.error, "max_restarts times already");
+    ASSERT_CONTAINS(tired->rec.error, "restarting");
     ASSERT_GT(tired->rec.finished, 0);
-    ASSERT_EQ(tired->rec.restarts, DT_SERVICE_MAX_RESTARTS);
+    ASSERT_EQ(tired->rec.restarts, 3);
     /* Queued by an earlier restart: still resumes; never started: starts fresh. */
     ASSERT_EQ(requeued->rec.state, JOB_QUEUED);
     ASSERT_TRUE(requeued->resume);
@@ -313,8 +320,8 @@ DT_TEST(service_chief_restart_bookkeeping)
     dt__service_queue_destroy(&q);
 
     /* What was saved is what the next start sees: the restart is counted on disk, and a job
-     * that keeps killing its chief fails after DT_SERVICE_MAX_RESTARTS resumes. */
-    for (uint32_t k = 2; k <= DT_SERVICE_MAX_RESTARTS + 1; k++) {
+     * that keeps killing its chief fails after max_restarts (3) resumes. */
+    for (uint32_t k = 2; k <= 3 + 1; k++) {
         load_and_recover(dir, &q, 5);
         run = dt__service_queue_find(&q, "2");
         ASSERT_EQ(run->rec.restarts, k - 1);
@@ -327,7 +334,7 @@ DT_TEST(service_chief_restart_bookkeeping)
     load_and_recover(dir, &q, 5);
     run = dt__service_queue_find(&q, "2");
     ASSERT_EQ(run->rec.state, JOB_FAILED);
-    ASSERT_EQ(run->rec.restarts, DT_SERVICE_MAX_RESTARTS);
+    ASSERT_EQ(run->rec.restarts, 3);
     ASSERT_CONTAINS(run->rec.error, "epoch 2, step 17");
     dt__service_queue_destroy(&q);
 }
@@ -434,6 +441,16 @@ DT_TEST(service_json_is_one_shape_for_cli_and_store)
     ASSERT_EQ(rec.started, 0);
     ASSERT_STREQ(rec.error, "");
     ASSERT_EQ(rec.nmetrics, 1);
+    ASSERT_EQ(rec.max_restarts, 3);
+    ASSERT_EQ(rec.rejoin_timeout_s, 300);
+    ASSERT_TRUE(cJSON_IsNull(key(key(o, "fault_tolerance"), "min_workers"))); /* all */
+    /* A state.json of a job stored before $.fault_tolerance existed: its defaults. */
+    cJSON_DeleteItemFromObject(o, "fault_tolerance");
+    job_record old = {0};
+    dt__service_record_from_json(o, &old);
+    ASSERT_EQ(old.max_restarts, 3);
+    ASSERT_EQ(old.rejoin_timeout_s, 300);
+    ASSERT_EQ(old.min_workers, 0);
     cJSON_Delete(o);
 
     /* Events: a state event says its state and message; progress says metrics and time. */
