@@ -410,9 +410,15 @@ static void check_restart(dt_service *j, job *jb)
     if (!up) {
         dt__service_end(j, jb, JOB_FAILED, "out of memory restarting the job");
     } else if (nup == world) {
-        snprintf(msg, sizeof msg,
-                 "restart %u of %u: resuming from the latest checkpoint on %u task%s",
-                 jb->rec.restarts, jb->rec.max_restarts, world, world == 1 ? "" : "s");
+        if (a->growing)
+            snprintf(msg, sizeof msg,
+                     "back on all %u tasks: resuming, re-sharded, from the checkpoint of the step "
+                     "every rank stopped at",
+                     world);
+        else
+            snprintf(msg, sizeof msg,
+                     "restart %u of %u: resuming from the latest checkpoint on %u task%s",
+                     jb->rec.restarts, jb->rec.max_restarts, world, world == 1 ? "" : "s");
         dt__service_deactivate(jb);
         launch(j, jb, world, NULL, msg);
     } else if (now < a->rejoin_by_ms) {
@@ -498,6 +504,7 @@ static void maybe_grow(dt_service *j, job *jb, const jevent *ev)
                   "every rank stops after its next step and the job goes on on every task that "
                   "is up, from that step",
                   false);
+    jb->act->growing = true;
 }
 
 /* --- runner reports (JobRunner.Prepared / Finished) ------------------------------------------- */

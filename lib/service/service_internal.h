@@ -128,7 +128,8 @@ typedef struct job_active {
     /* restarting: the ranks must have stopped by stop_by_ms; the lost tasks rejoin by
      * rejoin_by_ms, or the job fails (or shrinks to min_workers) */
     int64_t stop_by_ms, rejoin_by_ms;
-    bool grow; /* a task the job shrank past is back: restart on every task at an epoch end */
+    bool grow;    /* a task the job shrank past is back: restart on every task at an epoch end */
+    bool growing; /* restarting for that (not a fault: the restart count stays) */
 } job_active;
 
 typedef struct job job;
