@@ -3,6 +3,7 @@
 #   make            bin/dtraind and bin/dtrain
 #   make deps       install the Debian packages the build, tests and demo need (apt-get as root)
 #   make test       build, then run every test; the last line is "N passed, N failed, N skipped"
+#   make test-faults  the long fault-injection runs (chaos in netns, 20 chief restarts)
 #   make asan       the same tests under -fsanitize=address,undefined (build in build/asan)
 #   make demo       train the Fashion-MNIST CNN on 2 local daemons
 #   make format     clang-format every C file
@@ -68,7 +69,7 @@ LIBDTRAIN  := $(BUILD)/libdtrain.a
 # the pattern rules and deletes them after a clean build, forcing a full rebuild the next time.
 .SECONDARY: $(PROTO_C) $(PROTO_H)
 
-.PHONY: all deps deps-check test asan demo bench format clean features
+.PHONY: all deps deps-check test test-faults asan demo bench format clean features
 all: features $(BIN)/dtraind $(BIN)/dtrain $(BUILD)/dt_test
 
 features:
@@ -129,6 +130,12 @@ deps-check:
 test: deps-check
 	@$(MAKE) --no-print-directory all
 	@DT_SRC_DIR=$(CURDIR) DT_BIN_DIR=$(CURDIR)/$(BIN) $(BUILD)/dt_test $(TEST_ARGS)
+
+# The long fault-injection runs (chaos in network namespaces, 20 chief restarts): CI runs them
+# after `make test`.
+test-faults: deps-check
+	@$(MAKE) --no-print-directory all
+	@DT_SRC_DIR=$(CURDIR) DT_BIN_DIR=$(CURDIR)/$(BIN) $(BUILD)/dt_test --suite faults $(TEST_ARGS)
 
 asan: deps-check
 	@$(MAKE) --no-print-directory SANITIZE=address BUILD=build/asan BIN=build/asan/bin all

@@ -10,7 +10,10 @@
  *
  * Exit status of a test: 0 passed, 7 skipped (first "SKIP: reason" line is shown), else failed.
  *
- * Usage: dt_test [-j N] [--timeout-mult K] [--unit | --integration] [--list] [PATTERN...]
+ * Usage: dt_test [-j N] [--timeout-mult K] [--unit | --integration | --suite NAME] [--list]
+ *                [PATTERN...]
+ *        --suite NAME runs the scripts of test/NAME/ instead (test/faults: `make test-faults`,
+ *        the long fault-injection runs), and no unit tests.
  *        dt_test --free-ports N     print N currently free TCP ports on 127.0.0.1
  * Environment passed to tests: DT_SRC_DIR, DT_BIN_DIR, DT_TEST_TMP (per-test scratch dir).
  */
@@ -252,6 +255,7 @@ int main(int argc, char **argv)
     int jobs_max = 2;
     double mult = 1.0;
     bool want_unit = true, want_int = true, list = false;
+    const char *suite = "integration";
     int npat = 0;
     char **pats = calloc((size_t)argc, sizeof *pats);
     const char *m = getenv("DT_TEST_TIMEOUT_MULT");
@@ -269,11 +273,15 @@ int main(int argc, char **argv)
             want_int = false;
         else if (strcmp(argv[i], "--integration") == 0)
             want_unit = false;
-        else if (strcmp(argv[i], "--list") == 0)
+        else if (strcmp(argv[i], "--suite") == 0 && i + 1 < argc &&
+                 strspn(argv[i + 1], "abcdefghijklmnopqrstuvwxyz_") == strlen(argv[i + 1])) {
+            suite = argv[++i];
+            want_unit = false;
+        } else if (strcmp(argv[i], "--list") == 0)
             list = true;
         else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            printf("usage: dt_test [-j N] [--timeout-mult K] [--unit|--integration] [--list] "
-                   "[PATTERN...]\n       dt_test --free-ports N\n");
+            printf("usage: dt_test [-j N] [--timeout-mult K] [--unit|--integration|--suite NAME] "
+                   "[--list] [PATTERN...]\n       dt_test --free-ports N\n");
             return 0;
         } else
             pats[npat++] = argv[i];
@@ -314,7 +322,7 @@ int main(int argc, char **argv)
     }
     if (want_int) {
         char idir[600];
-        snprintf(idir, sizeof idir, "%s/test/integration", g_src_dir);
+        snprintf(idir, sizeof idir, "%s/test/%s", g_src_dir, suite);
         struct dirent **ents = NULL;
         int ne = scandir(idir, &ents, NULL, alphasort);
         for (int i = 0; i < ne; i++) {

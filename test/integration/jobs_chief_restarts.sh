@@ -2,9 +2,10 @@
 # timeout: 150
 # The chief is killed (kill -9) and restarted 5, 7 and 9 s later (the window where 0.4.1 lost 2
 # of 11 resumes; the shipped unit restarts after 5 s) while a two-task job runs: each time the
-# job resumes and is still running 11 s after the kill, past the worker's 10 s of retried end
-# reports for the killed run. (Whether such a report lands in the new run is a race; jobs_two's
-# probe sends them deterministically.) Three restarts: DT_SERVICE_MAX_RESTARTS.
+# job resumes and is still running 11 s after the kill, while the worker's end reports for the
+# killed run may still come. (Whether such a report lands in the new run is a race; jobs_two's
+# probe sends them deterministically.) Three restarts: the default $.fault_tolerance.max_restarts.
+# test/faults/chief_restarts_random.sh does 20, at random delays.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
@@ -26,7 +27,7 @@ for delay in 5 7 9; do
   dt_wait_file "$DT_TEST_TMP/cr-w0.ready" --timeout 30 || dt_fail "the chief did not come back"
   jobs_wait_state 1 running 30
   echo "restart after ${delay} s: running again $(($(dt__now_ms) - t_kill)) ms after the kill"
-  # Past the worker's 10 s of retried end reports for the killed run.
+  # Long enough for the worker's retried end reports of the killed run to come.
   left=$((11000 - ($(dt__now_ms) - t_kill)))
   ((left > 0)) && sleep "$(awk -v ms="$left" 'BEGIN { printf "%.3f", ms / 1000 }')"
   st=$(jobs_state 1)
