@@ -384,6 +384,8 @@ static void check_restart(dt_service *j, job *jb)
             inc != a->incarnations[r])
             dt__service_rank_done(jb, r);
     }
+    if (a->cancel_requested)
+        return; /* a user cancelled it meanwhile: it ends as cancelled (maybe_release) */
     if (a->ndone < (int)a->world && now < a->stop_by_ms)
         return;
     uint32_t world = (uint32_t)j->spec->world_size, nup = 0;

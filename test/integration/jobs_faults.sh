@@ -5,7 +5,8 @@
 # the worker (restarted 3 s later) rejoins and every task resumes from the latest checkpoint.
 # A worker SIGSTOPped for 8 s is found hung within seconds and rejoins when it wakes, and no
 # daemon calls a live peer dead. The final weights equal those of a run without faults. A task
-# that never comes back fails the job naming it after rejoin_timeout_s.
+# that never comes back fails the job naming it after rejoin_timeout_s, and a cancel while the
+# job waits for a lost task ends it at once.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
@@ -114,3 +115,19 @@ err=$(dt_json_get error "$DT_TEST_TMP/s3.json")
 dt_assert_contains "$err" "worker:2 at 127.0.0.1:[0-9]+ did not rejoin within 3 s" "the error names the missing task"
 dt_assert_contains "$err" "stopped after: .*worker:2" "the error says what happened first"
 echo "ok: a task that stays away fails the job, named"
+
+# 4: a cancel while the job waits for a lost task ends it at once, not when the wait is over.
+jobs_start_one ft 2
+for i in 0 1 2; do dt_wait_file "$DT_TEST_TMP/ft-w$i.ready" --timeout 30 || dt_fail "worker:$i not back"; done
+jc submit "$DT_TEST_TMP/ft.json" >/dev/null
+jobs_wait_state 4 running 30
+wait_step_past 4 50
+kill -KILL "$(dt_daemon_pid ft-w2)"
+jobs_wait_state 4 restarting 10
+t0=$(dt__now_ms)
+jc cancel 4 --timeout 15 >/dev/null || dt_fail "cancel of the restarting job 4"
+echo "cancel of a job waiting for a lost task: cancelled after $(ms_since "$t0") ms (rejoin_timeout_s 60)"
+dt_assert_eq "$(jobs_state 4)" cancelled "job 4 after the cancel"
+sleep 1
+dt_assert_eq "$(jobs_state 4)" cancelled "job 4 stays cancelled (no restart after the cancel)"
+echo "ok: cancel while restarting"
