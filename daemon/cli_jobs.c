@@ -340,8 +340,9 @@ static void status_usage(FILE *f)
         "usage: dtrain status [JOB] [--json] [options]\n\n"
         "Shows one job (by id, or by name: its latest job); without JOB, the running job or\n"
         "else the latest one. --json prints {\"id\", \"name\", \"state\", \"epoch\", \"step\",\n"
-        "\"metrics\", \"error\", ...}; states are queued, preparing, running, succeeded,\n"
-        "failed, cancelled.\n"
+        "\"metrics\", \"error\", \"restarts\", ...}; states are queued, preparing, running,\n"
+        "restarting (a task was lost: see README \"Faults and recovery\"), succeeded, failed,\n"
+        "cancelled.\n"
         "Exit status: 0, or 1 when the job failed or was cancelled; 2 for an unknown job.\n\n"
         "options:\n%s",
         common_help);
@@ -414,8 +415,12 @@ static void print_status(const Dtrain__V1__JobInfo *j)
     if (j->weights_path && *j->weights_path)
         printf("  weights     %s (on the chief; 'dtrain export %s -o FILE' fetches them)\n",
                j->weights_path, j->id);
+    if (j->restarts || j->max_restarts != 3)
+        printf("  restarts    %u of %u%s\n", j->restarts, j->max_restarts,
+               j->min_workers ? " (elastic)" : "");
     if (j->error && *j->error)
-        printf("  error       %s\n", j->error);
+        printf("  %s %s\n", strcmp(j->state, "restarting") == 0 ? "why        " : "error      ",
+               j->error);
 }
 
 int dt_cli_status(int argc, char **argv)
