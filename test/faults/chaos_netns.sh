@@ -42,13 +42,8 @@ host_kill() {
 jc() {
   "$DT_NETNS" exec 2 "$DT_BIN_DIR/dtrain" --addr "${addrs[0]}" --token-file "$DT_TEST_TMP/token" "$@"
 }
-ms_since() { echo $(($(dt__now_ms) - $1)); }
-step_of() { jc status "$1" --json | dt_json_get global_step; }
-step__past() { (($(step_of "$1") > $2)); }
 progress() { # JOB STEPS: wait for STEPS more steps, and for the job to be running still
-  local s
-  s=$(step_of "$1")
-  dt_wait_for step__past "$1" $((s + $2)) --timeout 60 || dt_fail "job $1 made no progress"
+  jobs_wait_step_past "$1" $(($(jobs_step "$1") + $2))
   [[ $(jobs_state "$1") == running ]] || dt_fail "job $1 ended too early: $(jc status "$1" 2>&1)"
 }
 

@@ -10,9 +10,6 @@ source "$(dirname "$0")/../integration/lib_jobs.sh"
 seed=${DT_CHAOS_SEED:-$((RANDOM * 32768 + RANDOM))}
 RANDOM=$seed
 echo "delays from seed $seed (DT_CHAOS_SEED)"
-ms_since() { echo $(($(dt__now_ms) - $1)); }
-step_of() { jc status "$1" --json | dt_json_get global_step; }
-step__past() { (($(step_of "$1") > $2)); }
 
 jobs_data
 jobs_spec "$DT_TEST_TMP/job.json" 5000 32 ', "checkpoint": {"save_freq": 40, "keep": 2},
@@ -29,8 +26,7 @@ jc submit "$DT_TEST_TMP/job.json" >/dev/null
 jobs_wait_state 2 running 20
 delays=() recover=()
 for k in $(seq 1 20); do
-  step=$(step_of 2)
-  dt_wait_for step__past 2 $((step + 60)) --timeout 60 || dt_fail "job 2 made no progress before kill $k"
+  jobs_wait_step_past 2 $(($(jobs_step 2) + 60))
   [[ $(jobs_state 2) == running ]] || dt_fail "job 2 ended before kill $k: $(jc status 2 2>&1)"
   delay=$((RANDOM % 12 + 1))
   delays+=("$delay")

@@ -9,12 +9,6 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
-ms_since() { echo $(($(dt__now_ms) - $1)); }
-step_of() { jc status "$1" --json | dt_json_get global_step; }
-step__past() { (($(step_of "$1") > $2)); }
-wait_step_past() {
-  dt_wait_for step__past "$1" "$2" --timeout 60 || dt_fail "job $1 did not get past step $2"
-}
 world_of() { jc status "$1" --json | dt_json_get world_size; }
 
 jobs_data
@@ -27,7 +21,7 @@ jc submit "$DT_TEST_TMP/el.json" >/dev/null
 jc watch 1 --json >"$DT_TEST_TMP/watch1.jsonl" 2>"$DT_TEST_TMP/watch1.err" &
 watcher=$!
 jobs_wait_state 1 running 20
-wait_step_past 1 100
+jobs_wait_step_past 1 100
 kill -KILL "$(dt_daemon_pid el-w2)"
 t_kill=$(dt__now_ms)
 wait "$(dt_daemon_pid el-w2)" 2>/dev/null || true
@@ -36,8 +30,8 @@ dt_wait_for grep -q "job 1 (tiny): preparing on 2 tasks of the cluster's" "$DT_T
 jobs_wait_state 1 running 20
 echo "shrank: running on 2 of 3 tasks $(ms_since "$t_kill") ms after kill -9 of worker:2 (rejoin_timeout_s 2)"
 dt_assert_eq "$(world_of 1)" 2 "world size of the shrunk job"
-step=$(step_of 1)
-wait_step_past 1 $((step + 60))
+step=$(jobs_step 1)
+jobs_wait_step_past 1 $((step + 60))
 jobs_start_one el 2
 t_back=$(dt__now_ms)
 dt_wait_for grep -q "job 1 (tiny): preparing on 3 tasks .*back on all 3 tasks" "$DT_TEST_TMP/el-w0.log" --timeout 30 ||
@@ -88,7 +82,7 @@ jc submit "$DT_TEST_TMP/full.json" --watch >/dev/null || dt_fail "the full-size 
 echo "full size (2 tasks): $(ms_since "$t0") ms"
 jc submit "$DT_TEST_TMP/elastic.json" >/dev/null
 jobs_wait_state 2 running 60
-wait_step_past 2 400
+jobs_wait_step_past 2 400
 kill -KILL "$(dt_daemon_pid fm-w1)"
 jobs_wait_state 2 succeeded 240
 dt_assert_eq "$(world_of 2)" 1 "world size after worker:1 never returned"

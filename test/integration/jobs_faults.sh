@@ -17,14 +17,6 @@ sed -i 's/"shuffle": false/"shuffle": true/' "$DT_TEST_TMP/ft.json"
 jobs_daemons 3 ft
 for i in 0 1 2; do dt_on_exit "kill -CONT \$(cat $DT_TEST_TMP/ft-w$i.pid) 2>/dev/null"; done
 
-ms_since() { echo $(($(dt__now_ms) - $1)); }
-# step_of ID: the job's global step now.
-step_of() { jc status "$1" --json | dt_json_get global_step; }
-wait_step_past() { # ID STEP: wait until the job is past STEP
-  dt_wait_for step__past "$1" "$2" --timeout 30 || dt_fail "job $1 did not get past step $2"
-}
-step__past() { (($(step_of "$1") > $2)); }
-
 # 1: the reference, without faults.
 t0=$(dt__now_ms)
 jc submit "$DT_TEST_TMP/ft.json" --watch >/dev/null || dt_fail "the fault-free job 1 failed"
@@ -37,7 +29,7 @@ jc submit "$DT_TEST_TMP/ft.json" >/dev/null
 jc watch 2 --json >"$DT_TEST_TMP/watch2.jsonl" 2>"$DT_TEST_TMP/watch2.err" &
 watcher=$!
 jobs_wait_state 2 running 20
-wait_step_past 2 100
+jobs_wait_step_past 2 100
 kill -KILL "$(dt_daemon_pid ft-w2)"
 t_kill=$(dt__now_ms)
 jobs_wait_state 2 restarting 10
@@ -55,8 +47,8 @@ dt_wait_for grep -q "resuming from .*jobs/2/checkpoints/ckpt-" "$DT_TEST_TMP/ft-
 err=$(jc status 2 --json | dt_json_get error || true)
 [[ -z $err || $err == None || $err == null ]] || dt_fail "a running job still shows an error: $err"
 
-step=$(step_of 2)
-wait_step_past 2 $((step + 100))
+step=$(jobs_step 2)
+jobs_wait_step_past 2 $((step + 100))
 dead_before=$(grep -c "is dead" "$DT_TEST_TMP/ft-w0.log" || true)
 kill -STOP "$(dt_daemon_pid ft-w1)"
 t_stop=$(dt__now_ms)
@@ -105,7 +97,7 @@ echo "ok: two restarts, the fault-free run's weights"
 jobs_spec "$DT_TEST_TMP/gone.json" 3000 96 ', "fault_tolerance": {"rejoin_timeout_s": 3}'
 jc submit "$DT_TEST_TMP/gone.json" >/dev/null
 jobs_wait_state 3 running 20
-wait_step_past 3 50
+jobs_wait_step_past 3 50
 kill -KILL "$(dt_daemon_pid ft-w2)"
 t_kill=$(dt__now_ms)
 jobs_wait_state 3 failed 20
@@ -121,7 +113,7 @@ jobs_start_one ft 2
 for i in 0 1 2; do dt_wait_file "$DT_TEST_TMP/ft-w$i.ready" --timeout 30 || dt_fail "worker:$i not back"; done
 jc submit "$DT_TEST_TMP/ft.json" >/dev/null
 jobs_wait_state 4 running 30
-wait_step_past 4 50
+jobs_wait_step_past 4 50
 kill -KILL "$(dt_daemon_pid ft-w2)"
 jobs_wait_state 4 restarting 10
 t0=$(dt__now_ms)

@@ -8,6 +8,9 @@
 #                                   JOBS_ADDRS, the chief's in JOBS_ADDR; state in $DT_TEST_TMP/TAG-wI
 #   jc ARGS...                      dtrain --addr $JOBS_ADDR ARGS...
 #   jobs_wait_state ID STATE [S]    wait until `status ID` says STATE
+#   jobs_step ID                    the job's global step now
+#   jobs_wait_step_past ID STEP [S] wait until the job is past global step STEP
+#   ms_since T0_MS                  milliseconds since T0_MS (from dt__now_ms)
 
 JOBS_DATA=$DT_TEST_TMP/data
 JOBS_ADDRS=()
@@ -98,3 +101,11 @@ jobs_wait_state() {
   }
 }
 jobs__is() { [[ $(jobs_state "$1") == "$2" ]]; }
+
+jobs_step() { jc status "$1" --json | dt_json_get global_step; }
+jobs__past() { (($(jobs_step "$1") > $2)); }
+jobs_wait_step_past() {
+  dt_wait_for jobs__past "$1" "$2" --timeout "${3:-60}" || dt_fail "job $1 did not get past step $2"
+}
+
+ms_since() { echo $(($(dt__now_ms) - $1)); }
