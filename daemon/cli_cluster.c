@@ -6,19 +6,22 @@
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dtrain cluster [--addr HOST:PORT] [--token-file FILE] [--timeout SEC] "
-               "[--json]\n\n"
-               "Shows the cluster as the daemon at --addr sees it (the chief knows it best): each\n"
-               "task's address, rank, state (joined, missing, dead, left), seconds since its last\n"
-               "heartbeat, version, cores and GPUs.\n"
-               "--token-file defaults to $DTRAIN_TOKEN_FILE. Exit 1 when the daemon cannot be\n"
-               "reached.\n");
+    fprintf(f,
+            "usage: dtrain cluster [--addr HOST:PORT] [--token-file FILE] [--timeout SEC] "
+            "[--json]\n\n"
+            "Shows the cluster as the daemon at --addr sees it (the chief knows it best): each\n"
+            "task's address, rank, state (joined, missing, dead, left; unhealthy: alive but out\n"
+            "of jobs until it recovers, e.g. its trainer hung, with the reason below the table),\n"
+            "seconds since its last heartbeat, version, cores and GPUs.\n"
+            "--token-file defaults to $DTRAIN_TOKEN_FILE. Exit 1 when the daemon cannot be\n"
+            "reached.\n");
 }
 
 static void print_json(const Dtrain__V1__ClusterView *v)
@@ -39,6 +42,10 @@ static void print_json(const Dtrain__V1__ClusterView *v)
         cJSON_AddStringToObject(t, "address", m->address ? m->address : "");
         cJSON_AddNumberToObject(t, "rank", m->rank);
         cJSON_AddStringToObject(t, "state", m->state ? m->state : "missing");
+        if (m->unhealthy && *m->unhealthy)
+            cJSON_AddStringToObject(t, "unhealthy", m->unhealthy);
+        else
+            cJSON_AddNullToObject(t, "unhealthy");
         if (m->heartbeat_age_s >= 0)
             cJSON_AddNumberToObject(t, "heartbeat_age_s", m->heartbeat_age_s);
         else
@@ -69,8 +76,16 @@ static void print_table(const Dtrain__V1__ClusterView *v)
             snprintf(age, sizeof age, "%.1fs ago", m->heartbeat_age_s);
         else
             snprintf(age, sizeof age, "never");
-        printf("%-12s %-24s %4d  %-8s %9s  %-8s %5u %4u\n", name, m->address, m->rank, m->state,
-               age, m->version && *m->version ? m->version : "-", m->cores, m->gpus);
+        bool sick = m->unhealthy && *m->unhealthy;
+        printf("%-12s %-24s %4d  %-8s %9s  %-8s %5u %4u\n", name, m->address, m->rank,
+               sick ? "unhealthy" : m->state, age, m->version && *m->version ? m->version : "-",
+               m->cores, m->gpus);
+    }
+    for (size_t i = 0; i < v->n_members; i++) {
+        const Dtrain__V1__Member *m = v->members[i];
+        if (m->unhealthy && *m->unhealthy)
+            printf("\n%s:%u is unhealthy: %s\n", m->task ? m->task->type : "?",
+                   m->task ? m->task->index : 0, m->unhealthy);
     }
 }
 

@@ -154,6 +154,7 @@ void dt__cluster_chief_heartbeat(dt_cluster *c, dt_rpc_call *call)
         reply.rejoin = true;
     } else {
         m->last_seen_ms = dt_now_ms();
+        dt__cluster_set_health(c, r, req->unhealthy);
     }
     reply_with_view(c, call, &reply.base, &reply.view);
 out:

@@ -167,7 +167,35 @@ bool dt_cluster_member_up(const dt_cluster *c, int rank, uint64_t *incarnation)
         return false;
     if (incarnation)
         *incarnation = rank == c->self ? c->incarnation : c->members[rank].incarnation;
-    return rank == c->self || c->members[rank].state == MEMBER_JOINED;
+    const member *m = &c->members[rank];
+    return (rank == c->self || m->state == MEMBER_JOINED) && !m->unhealthy[0];
+}
+
+const char *dt_cluster_member_unhealthy(const dt_cluster *c, int rank)
+{
+    if (rank < 0 || rank >= c->nmembers)
+        return "";
+    return c->members[rank].unhealthy;
+}
+
+void dt__cluster_set_health(dt_cluster *c, int rank, const char *why)
+{
+    member *m = &c->members[rank];
+    if (!why)
+        why = "";
+    if (strncmp(m->unhealthy, why, sizeof m->unhealthy - 1) == 0)
+        return;
+    if (why[0])
+        DT_WARN("cluster", "%s (%s) is unhealthy, out of jobs until it recovers: %s", m->name,
+                m->task->address, why);
+    else
+        DT_INFO("cluster", "%s (%s) is healthy again", m->name, m->task->address);
+    snprintf(m->unhealthy, sizeof m->unhealthy, "%s", why);
+}
+
+void dt_cluster_set_unhealthy(dt_cluster *c, const char *why)
+{
+    dt__cluster_set_health(c, c->self, why);
 }
 
 /* --- the view ----------------------------------------------------------------------------- */
@@ -205,6 +233,7 @@ Dtrain__V1__ClusterView *dt__cluster_view_new(dt_cluster *c)
         mb[r].cores = m->cores;
         mb[r].gpus = m->gpus;
         mb[r].incarnation = m->incarnation;
+        mb[r].unhealthy = m->unhealthy;
         if (r == c->self)
             mb[r].heartbeat_age_s = 0;
         else if (c->is_chief)

@@ -65,10 +65,17 @@ void dt_cluster_free(dt_cluster *c);
 
 uint64_t dt_cluster_generation(const dt_cluster *c);
 bool dt_cluster_formed(const dt_cluster *c);
-/* The chief's view of the task of rank: true when it has joined and is heartbeating; its
+/* The chief's view of the task of rank: true when it has joined, is heartbeating and is not
+ * unhealthy (dt_cluster_set_unhealthy); its
  * incarnation (random per daemon start: a change means it restarted) in *incarnation. */
 bool dt_cluster_member_up(const dt_cluster *c, int rank, uint64_t *incarnation);
 /* A worker's view: the chief has not answered for dead_after_ms (false on the chief). */
 bool dt_cluster_chief_lost(const dt_cluster *c);
+/* This task is alive but cannot train (why: its trainer hung), or is again (why NULL or ""):
+ * workers tell the chief with their heartbeats; the chief counts an unhealthy task as not up
+ * (dt_cluster_member_up) until it recovers. Cheap when nothing changes: call it every tick. */
+void dt_cluster_set_unhealthy(dt_cluster *c, const char *why);
+/* Why the task of rank is unhealthy, or "" (the chief's view; never NULL). */
+const char *dt_cluster_member_unhealthy(const dt_cluster *c, int rank);
 
 #endif

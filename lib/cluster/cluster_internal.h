@@ -22,6 +22,7 @@ typedef struct member {
     uint64_t incarnation;
     char version[32];
     uint32_t cores, gpus;
+    char unhealthy[512]; /* "" or why the task cannot train now (its own word) */
 } member;
 
 /* An RPC run on the thread pool; fields by value so the loop can free it in one go. */
@@ -42,6 +43,7 @@ struct rpc_job {
     rpc_done_fn done;
     int target; /* member index the job talks to */
     Dtrain__V1__TaskId tid;
+    char text[512]; /* a string field's copy (the heartbeat's unhealthy) */
     union {
         Dtrain__V1__JoinRequest join;
         Dtrain__V1__HeartbeatRequest hb;
@@ -111,5 +113,7 @@ void dt__cluster_chief_tick(dt_cluster *c, int64_t now);
 void dt__cluster_on_leave(dt_cluster *c, dt_rpc_call *call);
 void dt__cluster_worker_tick(dt_cluster *c, int64_t now);
 void dt__cluster_set_formed(dt_cluster *c);
+/* Records (and logs a change of) member rank's health: why it cannot train, or "" / NULL. */
+void dt__cluster_set_health(dt_cluster *c, int rank, const char *why);
 
 #endif

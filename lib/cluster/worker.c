@@ -62,6 +62,7 @@ static void apply_view(dt_cluster *c, const Dtrain__V1__ClusterView *v)
         snprintf(m->version, sizeof m->version, "%s", vm->version ? vm->version : "");
         m->cores = vm->cores;
         m->gpus = vm->gpus;
+        snprintf(m->unhealthy, sizeof m->unhealthy, "%s", vm->unhealthy ? vm->unhealthy : "");
     }
     if (v->n_members > 0 && v->members[0]->rank == 0) {
         member *ch = &c->members[0];
@@ -71,6 +72,8 @@ static void apply_view(dt_cluster *c, const Dtrain__V1__ClusterView *v)
                  v->members[0]->version ? v->members[0]->version : "");
         ch->cores = v->members[0]->cores;
         ch->gpus = v->members[0]->gpus;
+        snprintf(ch->unhealthy, sizeof ch->unhealthy, "%s",
+                 v->members[0]->unhealthy ? v->members[0]->unhealthy : "");
     }
     if (v->formed && c->joined)
         dt__cluster_set_formed(c);
@@ -176,6 +179,8 @@ static void send_heartbeat(dt_cluster *c)
     r->incarnation = c->incarnation;
     r->cluster_hash = c->spec->hash;
     r->generation = c->generation;
+    snprintf(job->text, sizeof job->text, "%s", c->members[c->self].unhealthy);
+    r->unhealthy = job->text;
     job->req = &r->base;
     c->rpc_busy = true;
     dt__cluster_rpc(c, job);

@@ -99,6 +99,10 @@ dt_status dt_comm_new(const dt_comm_opts *opts, dt_comm **out, dt_err *err);
 void dt_comm_free(dt_comm *c);
 int dt_comm_rank(const dt_comm *c);
 int dt_comm_world(const dt_comm *c);
+/* How long (ms) every collective started on c has been finished, or -1 while one is queued or
+ * running. A caller stuck in a wait on c for longer than this was not held up by the ring: its
+ * own thread is not running (a watchdog's question). Thread-safe. */
+int64_t dt_comm_idle_ms(dt_comm *c);
 
 /* In-place all-reduce of n floats: every rank ends with the same bits. */
 dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_comm_op op, dt_comm_wire wire,

@@ -112,6 +112,7 @@ struct dt_comm {
     int pending;
     int64_t pending_at;
     char pending_reason[1024];
+    int64_t idle_since_ms; /* when the queue last emptied (every collective finished) */
     dt_comm *hub_next;
 };
 
@@ -169,6 +170,7 @@ static void comm_fail(dt_comm *c, dt_status st, const char *reason, int notify)
     for (dt_comm_req *r = c->head; r; r = r->next)
         req_finish(r, st, reason);
     c->head = c->tail = NULL;
+    c->idle_since_ms = now_ms();
     if (notify)
         send_notices(c, reason);
     /* Release, not just cancel: gRPC keeps a stream's unsent bytes (slices of the caller's
@@ -509,8 +511,10 @@ static void pump(dt_comm *c)
             req_finish(r, DT_OK, NULL);
         }
         c->head = r->next;
-        if (!c->head)
+        if (!c->head) {
             c->tail = NULL;
+            c->idle_since_ms = now_ms();
+        }
         pthread_cond_broadcast(&c->cv);
     }
 }
@@ -944,6 +948,7 @@ dt_status dt_comm_new(const dt_comm_opts *o, dt_comm **out, dt_err *err)
     c->addr = calloc((size_t)o->world, sizeof *c->addr);
     c->name = calloc((size_t)o->world, sizeof *c->name);
     c->notice_ch = calloc((size_t)o->world, sizeof *c->notice_ch);
+    c->idle_since_ms = now_ms();
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pthread_mutex_init(&c->ref_mu, NULL);
@@ -1007,6 +1012,14 @@ int dt_comm_rank(const dt_comm *c)
 int dt_comm_world(const dt_comm *c)
 {
     return c->world;
+}
+
+int64_t dt_comm_idle_ms(dt_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int64_t idle = c->head ? -1 : now_ms() - c->idle_since_ms;
+    pthread_mutex_unlock(&c->mu);
+    return idle;
 }
 
 /* Ends the streams: gracefully when the group is healthy (the next rank's receive sees the end

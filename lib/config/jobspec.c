@@ -512,11 +512,13 @@ static dt_status parse_fault_tolerance(const cJSON *root, dt_jobspec *s, dt_err 
 {
     s->max_restarts = 3;
     s->rejoin_timeout_s = 300;
+    s->hang_timeout_s = 4;
     const cJSON *f;
     DT_TRY(get_object(root, "fault_tolerance", false, &f, err));
     if (!f)
         return DT_OK;
-    static const char *const keys[] = {"max_restarts", "rejoin_timeout_s", "min_workers", NULL};
+    static const char *const keys[] = {"max_restarts", "rejoin_timeout_s", "min_workers",
+                                       "hang_timeout_s", NULL};
     DT_TRY(check_keys(f, "$.fault_tolerance", keys, err));
     int64_t v = s->max_restarts;
     DT_TRY(get_int(f, "max_restarts", "$.fault_tolerance", 0, 1000, false, &v, err));
@@ -524,6 +526,9 @@ static dt_status parse_fault_tolerance(const cJSON *root, dt_jobspec *s, dt_err 
     v = s->rejoin_timeout_s;
     DT_TRY(get_int(f, "rejoin_timeout_s", "$.fault_tolerance", 1, 7 * 86400, false, &v, err));
     s->rejoin_timeout_s = (int)v;
+    v = s->hang_timeout_s;
+    DT_TRY(get_int(f, "hang_timeout_s", "$.fault_tolerance", 1, 86400, false, &v, err));
+    s->hang_timeout_s = (int)v;
     v = 0;
     /* The cluster's size is checked at submit, where it is known. */
     DT_TRY(get_int(f, "min_workers", "$.fault_tolerance", 1, 100000, true, &v, err));

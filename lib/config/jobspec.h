@@ -108,6 +108,9 @@ typedef struct dt_jobspec {
     int max_restarts;     /* default 3: restarts from the latest checkpoint before it fails */
     int rejoin_timeout_s; /* default 300: how long a lost task may take to come back */
     int min_workers;      /* default 0: every ring task; fewer lets the job shrink */
+    /* default 4: a trainer whose own work (not a wait on its peers) makes no progress this
+     * long, or 4 times its slowest step so far if longer, is hung (12 times for file I/O) */
+    int hang_timeout_s;
 
     /* FNV-1a 64 of the canonical (unformatted cJSON) spec: checkpoints record it so a resume
      * refuses a checkpoint of another spec. */

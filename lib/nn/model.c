@@ -3,10 +3,12 @@
 #include "nn/model.h"
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/limits.h"
 #include "nn/layer.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,7 @@ struct dt_model {
     float *host_pred; /* (reserved, output size) host copy of the predictions */
     dt_model_grad_ready_fn grad_ready;
     void *grad_ready_ctx;
+    _Atomic int64_t *beat;
     /* The train step in progress: regularization so far, its scale, the lowest final grad
      * offset, and the layer whose grads were reported from inside its backward. */
     double step_reg;
@@ -501,13 +504,21 @@ static dt_status check_batch(dt_model *m, const dt_model_batch *b, const dt_loss
     return DT_OK;
 }
 
+static void beat(dt_model *m)
+{
+    if (m->beat)
+        atomic_store_explicit(m->beat, dt_now_ms(), memory_order_relaxed);
+}
+
 static void forward(dt_model *m, const float *x, int n, bool training)
 {
     dt__nn_layer *in = &m->g.layers[0];
     m->ops->upload(in->y, x, (size_t)n * dt__nn_shape_size(&in->out) * sizeof(float));
     dt__nn_ctx c = ctx(m, n, training);
-    for (int i = 1; i < m->g.n; i++)
+    for (int i = 1; i < m->g.n; i++) {
         m->g.layers[i].vt->forward(&m->g.layers[i], &c);
+        beat(m);
+    }
 }
 
 /* Keras fuses a final softmax (sigmoid) into a cross-entropy given probabilities, computing it
@@ -635,6 +646,11 @@ static void on_weights_done(dt__nn_ctx *c, dt__nn_layer *l)
     m->step_early = l;
 }
 
+void dt_model_set_beat(dt_model *m, _Atomic int64_t *b)
+{
+    m->beat = b;
+}
+
 void dt_model_set_grad_ready(dt_model *m, dt_model_grad_ready_fn fn, void *ctx)
 {
     m->grad_ready = fn;
@@ -675,6 +691,7 @@ dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_b
         } else {
             m->step_early = NULL;
             ly->vt->backward(ly, &c);
+            beat(m);
             if (m->step_early == ly)
                 continue;
         }

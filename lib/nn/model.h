@@ -155,6 +155,10 @@ typedef void (*dt_model_grad_ready_fn)(void *ctx, size_t offset);
 /* Sets (fn NULL: clears) the hook of the following steps. */
 void dt_model_set_grad_ready(dt_model *m, dt_model_grad_ready_fn fn, void *ctx);
 
+/* After every layer's forward and backward the model stores dt_now_ms() in *beat (NULL: off),
+ * so a watchdog on another thread can tell a long step from a stuck one layer by layer. */
+void dt_model_set_beat(dt_model *m, _Atomic int64_t *beat);
+
 /* Inference forward; writes (n, output size) floats to out (host). */
 dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_err *err);
 

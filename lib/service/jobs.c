@@ -152,6 +152,8 @@ static void on_tick(uv_timer_t *t)
     if (j->closing)
         return;
     dt__service_runner_reap(&j->rn);
+    if (j->o.cluster)
+        dt_cluster_set_unhealthy(j->o.cluster, j->rn.unhealthy);
     if (!j->is_chief) {
         /* The chief is gone or hung: it will restart the job from a checkpoint, so the run
          * here (stuck in the ring with it, or about to be) stops now. */

@@ -20,6 +20,8 @@
 #define CHIEF_SILENCE_MS  30000            /* the chief unreachable this long: give up */
 #define FINISHED_RETRY_MS 60000            /* the chief may be restarting; a newer Start ends it */
 #define CANCEL_ABORT_MS   3000 /* a cancelled trainer still running then: abort its ring */
+#define HANG_SLOWEST_X    4    /* own work may take this many times its slowest stretch so far */
+#define HANG_IO_X         12   /* file I/O (checkpoints on a slow disk) gets this many timeouts */
 
 /* One run of a job on this daemon; the trainer thread reads it through its task. */
 struct jrun {
@@ -40,6 +42,9 @@ struct jrun {
     int64_t cancel_at_ms;
     atomic_bool stopping;  /* the daemon is stopping: no more reports (its loop is joining us) */
     dt_rpc_channel *chief; /* to the chief (its own address on rank 0) */
+    dt_train_pulse pulse;  /* fit's heartbeat, for the watchdog */
+    _Atomic int64_t hang_ms;
+    bool hung; /* the watchdog gave up on it (loop thread) */
 };
 
 static void run_free(jrun *r)
@@ -78,14 +83,75 @@ static void *trainer_main(void *arg)
     return NULL;
 }
 
+static const char *doing_name(int d)
+{
+    switch (d) {
+    case DT_TRAIN_COMM:
+        return "returning from a collective that had finished";
+    case DT_TRAIN_IO:
+        return "file I/O (a checkpoint, the weights or TensorBoard events)";
+    default:
+        return "its own work (the next batch, forward, backward or the update)";
+    }
+}
+
+/* The trainer's own work has not beaten for longer than its limit: a stuck device, blocked
+ * I/O, a frozen thread. A wait on its peers is not its own work, unless every collective it
+ * waits for has finished (then its thread is what does not run). why says so. */
+static bool run_hung(jrun *r, char *why, size_t n)
+{
+    dt_train_pulse *p = &r->pulse;
+    int doing = atomic_load(&p->doing);
+    int64_t hang = atomic_load(&r->hang_ms);
+    if (doing == DT_TRAIN_IDLE || hang <= 0)
+        return false;
+    int64_t now = dt_now_ms();
+    int64_t since = now - atomic_load(&p->beat_ms);
+    int64_t slow = HANG_SLOWEST_X * atomic_load(&p->slowest_ms);
+    int64_t limit = hang > slow ? hang : slow;
+    if (doing == DT_TRAIN_COMM) {
+        pthread_mutex_lock(&r->mu);
+        int64_t idle = r->comm ? dt_comm_idle_ms(r->comm) : -1;
+        pthread_mutex_unlock(&r->mu);
+        if (idle < 0)
+            return false;
+        if (idle < since)
+            since = idle;
+    } else if (doing == DT_TRAIN_IO && limit < HANG_IO_X * hang) {
+        limit = HANG_IO_X * hang;
+    }
+    if (since <= limit)
+        return false;
+    snprintf(why, n,
+             "the trainer of job %s is hung: no progress for %.1f s in %s, after step %lld "
+             "(limit %.1f s: $.fault_tolerance.hang_timeout_s, or %dx its slowest step); a stuck "
+             "device, blocked I/O or a frozen thread",
+             r->id, (double)since / 1000, doing_name(doing), (long long)atomic_load(&p->step),
+             (double)limit / 1000, HANG_SLOWEST_X);
+    return true;
+}
+
 void dt__service_runner_reap(runner *rn)
 {
     jrun *r = rn->run;
     if (r && !atomic_load(&r->finished) && atomic_load(&r->cancel) &&
         dt_now_ms() - r->cancel_at_ms > CANCEL_ABORT_MS)
         cancel_run(r, NULL, true);
+    char why[sizeof rn->unhealthy];
+    if (r && !r->hung && !atomic_load(&r->finished) && run_hung(r, why, sizeof why)) {
+        /* Its peers would wait for it until the ring's deadline: abort the ring now, so they
+         * stop naming this task, and keep the task out of jobs (the chief sees it unhealthy)
+         * until the thread returns. */
+        r->hung = true;
+        snprintf(rn->unhealthy, sizeof rn->unhealthy, "%s", why);
+        DT_ERROR("jobs", "%s", why);
+        cancel_run(r, why, true);
+    }
     if (!r || !atomic_load(&r->finished))
         return;
+    if (r->hung)
+        DT_INFO("jobs", "job %s: the hung trainer returned; this task can train again", r->id);
+    rn->unhealthy[0] = '\0';
     if (r->thread_started)
         pthread_join(r->thread, NULL);
     rn->run = NULL;
@@ -134,6 +200,8 @@ static dt_status run_new(runner *rn, const Dtrain__V1__StartJobRequest *req, jru
         .token = rn->token,
         .session = req->session,
         .hub = rn->hub,
+        .pulse = &r->pulse,
+        .hang_ms = &r->hang_ms,
         .hooks = {.ctx = r,
                   .prepared = report_prepared,
                   .progress = report_progress,
@@ -179,6 +247,7 @@ void dt__service_runner_start(runner *rn, dt_rpc_call *call)
         if (pthread_timedjoin_np(old->thread, NULL, &ts) == 0) {
             run_free(old);
             rn->run = NULL;
+            rn->unhealthy[0] = '\0';
         }
     }
     int rank = rn->spec->self.rank, world = rn->spec->world_size;

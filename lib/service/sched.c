@@ -401,8 +401,11 @@ static void check_restart(dt_service *j, job *jb)
         } else if (ml < sizeof missing - 1) {
             char who[300];
             dt__service_rank_name(j, (int)t, who, sizeof who);
-            ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%s", nmissing ? ", " : "",
-                                   who);
+            ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%s%s",
+                                   nmissing ? ", " : "", who,
+                                   dt_cluster_member_unhealthy(j->o.cluster, (int)t)[0]
+                                       ? " (alive, but its trainer is still hung)"
+                                       : "");
             nmissing++;
         }
     }
@@ -470,8 +473,12 @@ static void check_members(dt_service *j)
             continue;
         char who[300], msg[2 * DT_ERR_LEN];
         rank_name(j, jb, r, who, sizeof who);
-        snprintf(msg, sizeof msg, "%s %s during the job", who,
-                 up ? "restarted" : "was lost (no heartbeat: dead, hung or cut off)");
+        const char *sick = dt_cluster_member_unhealthy(j->o.cluster, (int)a->tasks[r]);
+        if (sick[0])
+            snprintf(msg, sizeof msg, "%s cannot train: %s", who, sick);
+        else
+            snprintf(msg, sizeof msg, "%s %s during the job", who,
+                     up ? "restarted" : "was lost (no heartbeat: dead, hung or cut off)");
         dt__service_rank_done(jb, r); /* it will not report */
         restart_or_fail(j, jb, msg);
         return;

@@ -23,6 +23,7 @@
 
 #include "config/jobspec.h"
 #include "jobs.pb-c.h"
+#include "train/train.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -306,6 +307,10 @@ typedef struct trainer_task {
     uint64_t session;
     dt_comm_hub *hub; /* NULL: one-task jobs only */
     trainer_hooks hooks;
+    /* fit beats pulse; the trainer stores the spec's hang timeout in *hang_ms, so the runner's
+     * watchdog (loop thread) can tell a stuck trainer from a slow one */
+    dt_train_pulse *pulse;
+    _Atomic int64_t *hang_ms;
 } trainer_task;
 
 /* Prepare, report, wait for GO, fit, report: the whole run, on the calling thread. */
@@ -324,12 +329,18 @@ typedef struct runner {
     void *ctx;
     void (*progress)(void *ctx, const char *id, const jevent *ev);
     jrun *run; /* the run on this daemon, or NULL (loop thread) */
+    /* "" or why this task cannot train now: its trainer is hung (set by the watchdog in
+     * dt__service_runner_reap, cleared once that thread has returned) */
+    char unhealthy[512];
 } runner;
 
 /* JobRunner.Start / Cancel (loop thread). */
 void dt__service_runner_start(runner *rn, dt_rpc_call *call);
 void dt__service_runner_cancel(runner *rn, dt_rpc_call *call);
-/* Joins a finished trainer thread, and aborts the ring of one that ignores a cancel (timer). */
+/* Joins a finished trainer thread, aborts the ring of one that ignores a cancel, and watches
+ * the running one: a trainer whose own work stops beating ($.fault_tolerance.hang_timeout_s)
+ * is hung; its ring is aborted (the peers stop at once, naming this task) and rn->unhealthy
+ * says why until the thread returns (timer). */
 void dt__service_runner_reap(runner *rn);
 /* Stops the run at once (its ring aborted), when one runs; it still reports. */
 void dt__service_runner_abort(runner *rn, const char *why);

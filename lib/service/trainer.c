@@ -258,6 +258,9 @@ void dt__service_trainer_main(const trainer_task *t)
         o.out_dir = t->rank == 0 ? t->job_dir : NULL;
         o.cancel = t->cancel;
         o.resume = t->resume && t->rank == 0;
+        o.pulse = t->pulse;
+        if (t->hang_ms)
+            atomic_store(t->hang_ms, (int64_t)spec.hang_timeout_s * 1000);
         if (t->rank == 0)
             o.progress =
                 (dt_train_progress){&pc, on_epoch_begin, on_step_end, on_epoch_end, on_resumed};

@@ -53,9 +53,26 @@ struct dt_trainer {
         int64_t n;
     } phase;
     double first_start; /* when this step's first bucket was started */
+    int64_t phase_at;   /* dt_now_ms() of the last pulse phase change */
 
     dt_tfevents *tb;
 };
+
+/* --------------------------------------------------------------------------- liveness -- */
+
+/* A phase change of opts.pulse; a stretch of own work that ends here may raise slowest_ms. */
+static void pulse(dt_trainer *t, dt_train_doing d)
+{
+    dt_train_pulse *p = t->opts.pulse;
+    if (!p)
+        return;
+    int64_t now = dt_now_ms();
+    if (atomic_load(&p->doing) == DT_TRAIN_WORK && now - t->phase_at > atomic_load(&p->slowest_ms))
+        atomic_store(&p->slowest_ms, now - t->phase_at);
+    t->phase_at = now;
+    atomic_store(&p->beat_ms, now);
+    atomic_store(&p->doing, (int)d);
+}
 
 /* ------------------------------------------------------------------------ collectives -- */
 
@@ -329,6 +346,7 @@ static dt_status save_checkpoint(dt_trainer *t, const position *pos, dt_err *err
 {
     if (!t->ckpt_dir)
         return DT_OK;
+    pulse(t, DT_TRAIN_IO);
     DT_TRY(dt__train_mkdirs(t->ckpt_dir, err));
     char path[4200], ep[32], st[32], gs[32];
     snprintf(path, sizeof path, "%s/ckpt-%" PRId64 ".safetensors", t->ckpt_dir, pos->global_step);
@@ -346,6 +364,7 @@ static dt_status save_checkpoint(dt_trainer *t, const position *pos, dt_err *err
     dt__train_prune_checkpoints(t->ckpt_dir, t->spec->keep);
     DT_INFO("train", "checkpoint %s (epoch %" PRId64 ", step %" PRId64 ")", path, pos->epoch,
             pos->step);
+    pulse(t, DT_TRAIN_WORK);
     return DT_OK;
 }
 
@@ -399,8 +418,11 @@ static dt_status load_start(dt_trainer *t, position *pos, dt_err *err)
 
 static dt_status sync_start(dt_trainer *t, const dt_train_comm *c, position *pos, dt_err *err)
 {
-    if (c->rank == 0)
+    if (c->rank == 0) {
+        pulse(t, DT_TRAIN_IO);
         DT_TRY(load_start(t, pos, err));
+    }
+    pulse(t, DT_TRAIN_COMM);
     DT_TRY(broadcast(c, pos, sizeof *pos, err));
     size_t n;
     float *p = dt_model_params(t->m, &n);
@@ -411,6 +433,7 @@ static dt_status sync_start(dt_trainer *t, const dt_train_comm *c, position *pos
     for (size_t k = 0; k < dt_optim_slot_count(t->opt); k++)
         DT_TRY(broadcast(c, dt_optim_slot(t->opt, k, NULL), n * sizeof(float), err));
     dt_optim_set_iterations(t->opt, pos->global_step);
+    pulse(t, DT_TRAIN_WORK);
     return DT_OK;
 }
 
@@ -468,9 +491,11 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
         }
         void *treq = NULL;
         DT_TRY(c->allreduce_start(c->ctx, t->tail, ns + 4 + ride, &treq, err));
+        pulse(t, DT_TRAIN_COMM);
         for (size_t k = 0; k < t->nwire; k++)
             DT_TRY(c->wait(c->ctx, t->reqs[k], err));
         DT_TRY(c->wait(c->ctx, treq, err));
+        pulse(t, DT_TRAIN_WORK);
         memcpy(g + lo, mv + 4, ride * sizeof(float));
         /* the same sum on every replica, times the same factor: still bit-identical */
         float inv = 1.0f / (float)c->world;
@@ -510,7 +535,9 @@ static dt_status validate_epoch(dt_trainer *t, const dt_train_comm *c, int64_t e
         n += b->n;
     }
     float v[3] = {(float)loss, (float)correct, (float)n};
+    pulse(t, DT_TRAIN_COMM);
     DT_TRY(allreduce(c, v, 3, err));
+    pulse(t, DT_TRAIN_WORK);
     out->loss = v[0];
     out->correct = v[1];
     out->n = v[2];
@@ -530,6 +557,7 @@ static dt_status write_final(dt_trainer *t, const position *pos, dt_train_result
 {
     if (!t->opts.out_dir)
         return DT_OK;
+    pulse(t, DT_TRAIN_IO);
     DT_TRY(dt__train_mkdirs(t->opts.out_dir, err));
     char path[4096], ep[32], gs[32];
     if (snprintf(path, sizeof path, "%s/final.safetensors", t->opts.out_dir) >= (int)sizeof path)
@@ -617,6 +645,8 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
                          (uint64_t)c->rank);
             DT_TRY(run_step(t, c, b, &st, &stop, err));
             pos.global_step++;
+            if (t->opts.pulse)
+                atomic_store(&t->opts.pulse->step, pos.global_step);
             ep.loss += st.loss;
             ep.correct += st.correct;
             ep.n += st.n;
@@ -638,12 +668,14 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             };
             if (pg->step_end)
                 pg->step_end(pg->ctx, &si);
-            if (chief) {
+            if (chief && t->tb) {
+                pulse(t, DT_TRAIN_IO);
                 tb_scalar(t, "batch_loss", pos.global_step, si.batch_loss);
                 if (si.has_accuracy)
                     tb_scalar(t, "batch_accuracy", pos.global_step, st.n ? st.correct / st.n : 0);
                 tb_scalar(t, "learning_rate", pos.global_step, si.learning_rate);
                 tb_scalar(t, "samples_per_s", pos.global_step, si.samples_per_s);
+                pulse(t, DT_TRAIN_WORK);
             }
             if (stop) {
                 position done = pos;
@@ -693,7 +725,8 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
         res->global_step = pos.global_step;
         if (pg->epoch_end)
             pg->epoch_end(pg->ctx, &ei);
-        if (chief) {
+        if (chief && t->tb) {
+            pulse(t, DT_TRAIN_IO);
             tb_scalar(t, "epoch_loss", e, ei.loss);
             if (ei.has_accuracy)
                 tb_scalar(t, "epoch_accuracy", e, ei.accuracy);
@@ -706,6 +739,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             dt_err fe = {0};
             if (t->tb && dt_tfevents_flush(t->tb, &fe) != DT_OK)
                 DT_WARN("train", "tensorboard: %s", fe.msg);
+            pulse(t, DT_TRAIN_WORK);
         }
         if (ckpt_on && t->spec->save_freq_epoch) {
             position done = pos;
@@ -740,7 +774,13 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
                           "$.strategy.compression: \"%s\": this comm carries float32 only; "
                           "use \"none\"",
                           dt_jobspec_compression_name(t->spec->compression));
+    if (t->opts.pulse) {
+        dt_model_set_beat(t->m, &t->opts.pulse->beat_ms);
+        pulse(t, DT_TRAIN_WORK);
+    }
     dt_status st = fit(t, comm, res, err);
+    pulse(t, DT_TRAIN_IDLE);
+    dt_model_set_beat(t->m, NULL);
     t->comm = NULL;
     res->weights_hash = dt_train_weights_hash(t->m);
     if (t->tb) {

@@ -141,6 +141,29 @@ typedef struct dt_train_progress {
     void (*resumed)(void *ctx, int epoch, int64_t step, int64_t global_step);
 } dt_train_progress;
 
+/* --------------------------------------------------------------------------- liveness -- */
+
+/* What fit is doing, for a watchdog on another thread. */
+typedef enum dt_train_doing {
+    DT_TRAIN_IDLE = 0, /* not fitting (preparing, or done) */
+    DT_TRAIN_WORK,     /* its own work: the next batch, forward, backward, update, validation */
+    DT_TRAIN_COMM, /* in a collective: the pace of its peers, which the comm's deadlines judge */
+    DT_TRAIN_IO,   /* loading or writing a checkpoint, the final weights, TensorBoard events */
+} dt_train_doing;
+
+/* fit's heartbeat: a replica whose own work stops beating is stuck (a hung device, blocked
+ * I/O, a frozen thread), which its peers cannot tell from a slow step. fit stores, relaxed:
+ * beat_ms: dt_now_ms() at its latest progress (every layer of a step, every phase change);
+ * doing: a dt_train_doing; step: optimizer iterations done; slowest_ms: the longest stretch of
+ * DT_TRAIN_WORK between two phase changes so far, so that a watchdog's limit can follow the
+ * model's real pace. Zeroed by the owner before fit. */
+typedef struct dt_train_pulse {
+    _Atomic int64_t beat_ms;
+    atomic_int doing;
+    _Atomic int64_t step;
+    _Atomic int64_t slowest_ms;
+} dt_train_pulse;
+
 /* ------------------------------------------------------------------------ fit -- */
 
 typedef struct dt_train_info {
@@ -162,6 +185,7 @@ typedef struct dt_train_opts {
     int prefetch;            /* batches read ahead; default 2 */
     bool resume;             /* chief: start from the latest checkpoint if there is one */
     int64_t data_timeout_ms; /* a batch not ready by then is an error; default 600000 */
+    dt_train_pulse *pulse;   /* NULL: none; else fit beats it (see dt_train_pulse) */
 } dt_train_opts;
 
 typedef struct dt_train_result {

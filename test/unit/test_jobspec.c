@@ -74,6 +74,7 @@ DT_TEST(jobspec_defaults)
     ASSERT_EQ(strlen(s.hash_hex), 16);
     ASSERT_EQ(s.max_restarts, 3);
     ASSERT_EQ(s.rejoin_timeout_s, 300);
+    ASSERT_EQ(s.hang_timeout_s, 4);
     ASSERT_EQ(s.min_workers, 0);
     dt_jobspec_destroy(&s);
     dt_jobspec_destroy(&s); /* zeroed: a no-op */
@@ -85,12 +86,13 @@ DT_TEST(jobspec_fault_tolerance)
     dt_jobspec s;
     dt_err err = {0};
     ASSERT_OK(parse(BASE ", \"fault_tolerance\": {\"max_restarts\": 20, \"rejoin_timeout_s\": 9, "
-                         "\"min_workers\": 2}",
+                         "\"min_workers\": 2, \"hang_timeout_s\": 30}",
                     &s, &err),
               &err);
     ASSERT_EQ(s.max_restarts, 20);
     ASSERT_EQ(s.rejoin_timeout_s, 9);
     ASSERT_EQ(s.min_workers, 2);
+    ASSERT_EQ(s.hang_timeout_s, 30);
     dt_jobspec_destroy(&s);
     ASSERT_OK(
         parse(BASE ", \"fault_tolerance\": {\"max_restarts\": 0, \"min_workers\": null}", &s, &err),
@@ -104,6 +106,8 @@ DT_TEST(jobspec_fault_tolerance)
                 "$.fault_tolerance.rejoin_timeout_s");
     expect_fail(BASE ", \"fault_tolerance\": {\"rejoin_timeout_s\": \"5m\"}", DT_EINVAL,
                 "got a string");
+    expect_fail(BASE ", \"fault_tolerance\": {\"hang_timeout_s\": 0}", DT_EINVAL,
+                "$.fault_tolerance.hang_timeout_s: must be an integer in [1, 86400]");
     expect_fail(BASE ", \"fault_tolerance\": {\"min_workers\": 0}", DT_EINVAL,
                 "$.fault_tolerance.min_workers");
     expect_fail(BASE ", \"fault_tolerance\": {\"restarts\": 2}", DT_EINVAL,
