@@ -362,6 +362,34 @@ DT_TEST_TIMEOUT(comm_abort_names_the_rank, 60)
     }
 }
 
+/* dt_comm_idle_ms, a watchdog's question: -1 while a collective is pending (rank 1 joins late),
+ * then how long the queue has been empty. */
+static void body_idle(rank_ctx *r, dt_comm *c)
+{
+    dt_err err = {0};
+    float b[256];
+    for (int i = 0; i < 256; i++)
+        b[i] = (float)r->rank;
+    if (r->rank == 1)
+        dt_sleep_ms(300);
+    ASSERT_GE(dt_comm_idle_ms(c), 0);
+    dt_comm_req *req;
+    ASSERT_OK(dt_comm_allreduce_start(c, b, 256, DT_COMM_SUM, DT_COMM_F32, 10000, &req, &err),
+              &err);
+    if (r->rank == 0)
+        ASSERT_EQ(dt_comm_idle_ms(c), -1); /* rank 1 has not sent its part yet */
+    ASSERT_OK(dt_comm_wait(req, 10000, &err), &err);
+    ASSERT_TRUE(b[0] == 1.0f && b[255] == 1.0f);
+    dt_sleep_ms(60);
+    ASSERT_GE(dt_comm_idle_ms(c), 50);
+    ASSERT_OK(dt_comm_barrier(c, 10000, &err), &err);
+}
+
+DT_TEST_TIMEOUT(comm_idle_ms, 30)
+{
+    run_ranks(2, NULL, body_idle, 0, NULL);
+}
+
 /* Rank 1 of 2 never joins the all-reduce: rank 0's deadline fires and names worker:1. */
 static void body_deadline(rank_ctx *r, dt_comm *c)
 {

@@ -3,6 +3,7 @@
  * cancel, and resume from a checkpoint to the very same weights. */
 #include "test_train_util.h"
 
+#include "core/clock.h"
 #include "io/safetensors.h"
 #include "nn/model.h"
 
@@ -438,4 +439,65 @@ DT_TEST_TIMEOUT(train_compression_16bit_wire, 120)
     dt_jobspec_destroy(&exact);
     dt_jobspec_destroy(&bf16);
     dt_jobspec_destroy(&f16);
+}
+
+/* fit's pulse, as a watchdog reads it: it beats during the run (layer by layer: a step is many
+ * beats), counts the steps, measures its slowest stretch of own work, and ends idle. */
+typedef struct pulse_watch {
+    dt_train_pulse *p;
+    atomic_bool stop;
+    int64_t beats, work_seen;
+} pulse_watch;
+
+static void *watch_pulse(void *arg)
+{
+    pulse_watch *w = arg;
+    int64_t last = 0;
+    while (!atomic_load(&w->stop)) {
+        int64_t b = atomic_load(&w->p->beat_ms);
+        w->beats += b != last;
+        last = b;
+        w->work_seen += atomic_load(&w->p->doing) == DT_TRAIN_WORK;
+        dt_sleep_ms(1);
+    }
+    return NULL;
+}
+
+DT_TEST_TIMEOUT(train_pulse_beats, 60)
+{
+    tt_setup(512, 128);
+    dt_jobspec spec;
+    tt_parse(
+        tt_spec(20, 32, "{\"class_name\": \"SGD\", \"config\": {\"learning_rate\": 0.05}}", ""),
+        &spec);
+    dt_train_pulse pulse = {0};
+    dt_train_opts o = dt_train_opts_default();
+    o.pulse = &pulse;
+    dt_trainer *t;
+    dt_err err = {0};
+    ASSERT_OK(dt_train_new(&spec, &o, &t, &err), &err);
+    ASSERT_EQ(atomic_load(&pulse.doing), DT_TRAIN_IDLE); /* preparing is not fitting */
+    pulse_watch w = {.p = &pulse};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, watch_pulse, &w), 0);
+    int64_t t0 = dt_now_ms();
+    dt_train_result r;
+    dt_train_comm c = dt_train_comm_local();
+    ASSERT_OK(dt_train_fit(t, &c, &r, &err), &err);
+    int64_t t1 = dt_now_ms();
+    atomic_store(&w.stop, true);
+    pthread_join(th, NULL);
+    printf("fit %lld ms: the watcher saw %lld beats, slowest stretch %lld ms\n",
+           (long long)(t1 - t0), (long long)w.beats, (long long)atomic_load(&pulse.slowest_ms));
+    ASSERT_EQ(atomic_load(&pulse.doing), DT_TRAIN_IDLE);
+    ASSERT_EQ(atomic_load(&pulse.step), r.global_step);
+    ASSERT_EQ(r.global_step, 20 * 16);
+    int64_t beat = atomic_load(&pulse.beat_ms);
+    ASSERT_TRUE(beat >= t0 && beat <= t1);
+    ASSERT_TRUE(atomic_load(&pulse.slowest_ms) >= 0 && atomic_load(&pulse.slowest_ms) <= t1 - t0);
+    ASSERT_TRUE(w.work_seen > 0);
+    /* The model beats per layer: a watcher polling every ms sees the beat move often. */
+    ASSERT_TRUE(w.beats > 1);
+    dt_train_free(t);
+    dt_jobspec_destroy(&spec);
 }
