@@ -270,7 +270,7 @@ static dt_status parse_model(const cJSON *root, const dt_jobspec_roots *roots, d
     dt_status st =
         dt_file_read_all(s->model_path, DT_MAX_MODEL_JSON, &s->model_json, &s->model_json_len, err);
     if (st != DT_OK)
-        dt_err_prefix(err, "$.model: ");
+        dt_err_prefix(err, "$.model");
     return st;
 }
 

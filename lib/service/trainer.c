@@ -220,14 +220,17 @@ out:
     return st;
 }
 
-static void comm_close(const trainer_task *t, dt_train_comm *c)
+/* why: NULL after a clean fit, else its error: the peers learn it (a notice) rather than seeing
+ * a closed link, so every rank's report names the cause, whichever reaches the chief first. */
+static void comm_close(const trainer_task *t, dt_train_comm *c, const char *why)
 {
     if (t->world == 1)
         return;
     ring_ctx *rc = c->ctx;
     t->hooks.comm(t->hooks.ctx, NULL);
+    if (why || rc->npending)
+        dt_comm_abort(rc->c, why ? why : "the trainer stopped");
     if (rc->npending) { /* fit ended at an error with all-reduces in flight: release them */
-        dt_comm_abort(rc->c, "the trainer stopped");
         dt_err e = {0};
         for (size_t i = 0; i < rc->npending; i++)
             dt_comm_wait(rc->pending[i], 1000, &e);
@@ -283,7 +286,8 @@ void dt__service_trainer_main(const trainer_task *t)
         st = comm_open(t, &comm, &err);
         if (st == DT_OK) {
             st = dt_train_fit(tr, &comm, &res, &err);
-            comm_close(t, &comm);
+            /* a cancel stops every rank after the same step: nothing to tell */
+            comm_close(t, &comm, st == DT_OK || st == DT_ECANCELED ? NULL : err.msg);
         }
         if (st == DT_OK)
             snprintf(hash, sizeof hash, "%016llx", (unsigned long long)res.weights_hash);

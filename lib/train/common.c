@@ -41,11 +41,11 @@ dt_status dt__train_build(const dt_jobspec *spec, const dt_nn_ops *ops, uint64_t
         return st;
     }
     if ((st = dt_loss_from_name(spec->loss, spec->from_logits, loss, err)) != DT_OK) {
-        dt_err_prefix(err, "$.compile.loss: ");
+        dt_err_prefix(err, "$.compile.loss");
         goto fail;
     }
     if (cfg && (st = dt_optim_cfg_from_json(spec->optimizer, cfg, err)) != DT_OK) {
-        dt_err_prefix(err, "$.compile.optimizer: ");
+        dt_err_prefix(err, "$.compile.optimizer");
         goto fail;
     }
     return DT_OK;
@@ -201,18 +201,18 @@ dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err 
     DT_TRY_GOTO(dt_optim_new(&cfg, m, &opt, err), st, fail);
     if (spec->initial_weights &&
         (st = dt_train_load_weights(m, NULL, spec->initial_weights, err)) != DT_OK) {
-        dt_err_prefix(err, "$.initial_weights: ");
+        dt_err_prefix(err, "$.initial_weights");
         goto fail;
     }
     DT_TRY_GOTO(dt__train_data_spec(spec, &ds, err), st, fail);
     if ((st = dt_dataset_load(&ds.train, &tr, err)) != DT_OK) {
-        dt_err_prefix(err, "$.data.train: ");
+        dt_err_prefix(err, "$.data.train");
         goto fail;
     }
     DT_TRY_GOTO(dt__train_check_data(m, &loss, tr, "$.data.train", true, err), st, fail);
     if (ds.has_validation) {
         if ((st = dt_dataset_load(&ds.validation, &va, err)) != DT_OK) {
-            dt_err_prefix(err, "$.data.validation: ");
+            dt_err_prefix(err, "$.data.validation");
             goto fail;
         }
         DT_TRY_GOTO(dt__train_check_data(m, &loss, va, "$.data.validation", true, err), st, fail);
@@ -254,7 +254,7 @@ dt_status dt_train_check_world(const dt_jobspec *spec, int world, dt_err *err)
     dt_shard_plan plan;
     dt_status st = dt_shard_resolve(ds.shard_policy, nfiles, world, 0, &plan, err);
     if (st != DT_OK)
-        dt_err_prefix(err, "$.data.shard_policy: ");
+        dt_err_prefix(err, "$.data.shard_policy");
     dt_data_spec_destroy(&ds);
     return st;
 }

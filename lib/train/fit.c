@@ -244,14 +244,14 @@ dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_tra
     DT_TRY_GOTO(dt__train_build(spec, opts->ops, t->seed, &t->m, &t->loss, &t->cfg, err), st, fail);
     DT_TRY_GOTO(dt_optim_new(&t->cfg, t->m, &t->opt, err), st, fail);
     if ((st = dt_dataset_load(&t->ds.train, &t->train, err)) != DT_OK) {
-        dt_err_prefix(err, "$.data.train: ");
+        dt_err_prefix(err, "$.data.train");
         goto fail;
     }
     DT_TRY_GOTO(dt__train_check_data(t->m, &t->loss, t->train, "$.data.train", true, err), st,
                 fail);
     if (t->ds.has_validation) {
         if ((st = dt_dataset_load(&t->ds.validation, &t->val, err)) != DT_OK) {
-            dt_err_prefix(err, "$.data.validation: ");
+            dt_err_prefix(err, "$.data.validation");
             goto fail;
         }
         DT_TRY_GOTO(dt__train_check_data(t->m, &t->loss, t->val, "$.data.validation", true, err),
@@ -358,7 +358,7 @@ static dt_status save_checkpoint(dt_trainer *t, const position *pos, dt_err *err
         gs,       "spec_hash",     t->spec->hash_hex, NULL, NULL};
     dt_status s = dt_train_save_weights(t->m, t->opt, meta, path, err);
     if (s != DT_OK) {
-        dt_err_prefix(err, "checkpoint: ");
+        dt_err_prefix(err, "checkpoint");
         return s;
     }
     dt__train_prune_checkpoints(t->ckpt_dir, t->spec->keep);
@@ -409,7 +409,7 @@ static dt_status load_start(dt_trainer *t, position *pos, dt_err *err)
     if (t->spec->initial_weights) {
         dt_status st = dt_train_load_weights(t->m, NULL, t->spec->initial_weights, err);
         if (st != DT_OK) {
-            dt_err_prefix(err, "$.initial_weights: ");
+            dt_err_prefix(err, "$.initial_weights");
             return st;
         }
     }
