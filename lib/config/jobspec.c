@@ -4,6 +4,7 @@
 
 #include "core/buf.h"
 #include "core/hash.h"
+#include "core/json.h"
 #include "core/limits.h"
 
 #include <cJSON.h>
@@ -596,7 +597,9 @@ dt_status dt_jobspec_parse(const char *json, size_t len, const dt_jobspec_roots 
                           "job spec: not valid JSON (truncated or malformed) near byte %zu of %zu",
                           off, len);
     }
-    dt_status st = parse_root(root, roots, out, err);
+    dt_status st = dt_json_unique_keys(root, "$", err);
+    if (st == DT_OK)
+        st = parse_root(root, roots, out, err);
     cJSON_Delete(root);
     if (st != DT_OK)
         dt_jobspec_destroy(out);

@@ -15,6 +15,7 @@
 #include "core/limits.h"
 #include "nn/layer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,12 +65,15 @@ static dt_status parse_batch_shape(const dt__nn_layer *l, const cJSON *v, dt_nn_
     out->rank = n - 1;
     for (int i = 1; i < n; i++) {
         const cJSON *d = cJSON_GetArrayItem(v, i);
-        if (!cJSON_IsNumber(d) || d->valuedouble < 1 || d->valuedouble > DT_MAX_NN_DIM)
-            return dt__nn_layer_err(l, DT_ENOTSUP, err,
-                                    "input shape: axis %d must be a fixed size in 1..%d "
+        if (!dt__nn_int(d, 1, DT_MAX_NN_DIM, &out->d[i - 1]))
+            return dt__nn_layer_err(l,
+                                    cJSON_IsNumber(d) && d->valuedouble != floor(d->valuedouble)
+                                        ? DT_EINVAL
+                                        : DT_ENOTSUP,
+                                    err,
+                                    "input shape: axis %d must be a fixed integer size in 1..%d "
                                     "(variable sizes are not supported)",
                                     i, DT_MAX_NN_DIM);
-        out->d[i - 1] = d->valueint;
     }
     return DT_OK;
 }
@@ -138,8 +142,8 @@ static dt_status history_ref(const dt__nn_graph *g, dt__nn_layer *l, const cJSON
                 *ti = cJSON_GetArrayItem(h, 2);
     if (!cJSON_IsArray(h) || !cJSON_IsString(nm))
         return dt__nn_layer_err(l, DT_EINVAL, err, "inbound node: expected [\"layer\", 0, 0]");
-    if ((ni && cJSON_IsNumber(ni) && ni->valueint != 0) ||
-        (ti && cJSON_IsNumber(ti) && ti->valueint != 0))
+    int zero;
+    if ((ni && !(dt__nn_int(ni, 0, 0, &zero))) || (ti && !(dt__nn_int(ti, 0, 0, &zero))))
         return dt__nn_layer_err(l, DT_ENOTSUP, err,
                                 "inbound node: %s[%d][%d]: shared layers and multi-output layers "
                                 "are not supported",

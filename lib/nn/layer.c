@@ -2,6 +2,8 @@
  * its class and the option in every error, weight declaration and gradient routing. */
 #include "nn/layer.h"
 
+#include "core/json.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -91,6 +93,15 @@ static const cJSON *get(const cJSON *cfg, const char *key)
     return (v && !cJSON_IsNull(v)) ? v : NULL;
 }
 
+bool dt__nn_int(const cJSON *v, int lo, int hi, int *out)
+{
+    long long x;
+    if (!dt_json_int(v, lo, hi, &x))
+        return false;
+    *out = (int)x;
+    return true;
+}
+
 dt_status dt__nn_cfg_int(const dt__nn_layer *l, const cJSON *cfg, const char *key, int def,
                          int *out, dt_err *err)
 {
@@ -99,9 +110,8 @@ dt_status dt__nn_cfg_int(const dt__nn_layer *l, const cJSON *cfg, const char *ke
         *out = def;
         return DT_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 1e9)
+    if (!dt__nn_int(v, -1000000000, 1000000000, out))
         return dt__nn_layer_err(l, DT_EINVAL, err, "option '%s': expected an integer", key);
-    *out = (int)v->valuedouble;
     return DT_OK;
 }
 
@@ -140,20 +150,18 @@ dt_status dt__nn_cfg_pair(const dt__nn_layer *l, const cJSON *cfg, const char *k
     out[0] = out[1] = def;
     if (!v)
         return DT_OK;
-    if (cJSON_IsNumber(v)) {
-        out[0] = out[1] = (int)v->valuedouble;
-    } else if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 &&
-               cJSON_IsNumber(cJSON_GetArrayItem(v, 0)) &&
-               cJSON_IsNumber(cJSON_GetArrayItem(v, 1))) {
-        out[0] = (int)cJSON_GetArrayItem(v, 0)->valuedouble;
-        out[1] = (int)cJSON_GetArrayItem(v, 1)->valuedouble;
-    } else {
+    /* Keras refuses 2.9 and 1e22 too; a cast would truncate the one and overflow on the other. */
+    bool ok;
+    if (cJSON_IsArray(v))
+        ok = cJSON_GetArraySize(v) == 2 &&
+             dt__nn_int(cJSON_GetArrayItem(v, 0), 1, 65536, &out[0]) &&
+             dt__nn_int(cJSON_GetArrayItem(v, 1), 1, 65536, &out[1]);
+    else
+        ok = dt__nn_int(v, 1, 65536, &out[0]) && dt__nn_int(v, 1, 65536, &out[1]);
+    if (!ok)
         return dt__nn_layer_err(l, DT_EINVAL, err,
-                                "option '%s': expected an integer or a list of two", key);
-    }
-    if (out[0] < 1 || out[1] < 1 || out[0] > 65536 || out[1] > 65536)
-        return dt__nn_layer_err(l, DT_EINVAL, err, "option '%s': [%d, %d] out of range 1..65536",
-                                key, out[0], out[1]);
+                                "option '%s': expected an integer in 1..65536 or a list of two",
+                                key);
     return DT_OK;
 }
 

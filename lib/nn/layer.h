@@ -182,6 +182,8 @@ dt__nn_weight *dt__nn_add_weight(dt__nn_layer *l, const char *var, dt_nn_shape s
                                  bool trainable, dt__nn_init init);
 
 /* Config readers shared by the classes: they name the layer, its class and the key. */
+/* v is a JSON number holding an integer in [lo, hi] (no fraction, no overflow): *out gets it. */
+bool dt__nn_int(const cJSON *v, int lo, int hi, int *out);
 dt_status dt__nn_cfg_int(const dt__nn_layer *l, const cJSON *cfg, const char *key, int def,
                          int *out, dt_err *err);
 dt_status dt__nn_cfg_float(const dt__nn_layer *l, const cJSON *cfg, const char *key, float def,

@@ -422,18 +422,18 @@ static dt_status zpad_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(cfg, "padding");
     int v[4] = {1, 1, 1, 1};
     if (cJSON_IsNumber(p)) {
-        v[0] = v[1] = v[2] = v[3] = p->valueint;
+        if (!dt__nn_int(p, 0, 65536, &v[0]))
+            return dt__nn_layer_err(l, DT_EINVAL, err, "option 'padding': expected an integer");
+        v[1] = v[2] = v[3] = v[0];
     } else if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2) {
         for (int i = 0; i < 2; i++) {
             const cJSON *e = cJSON_GetArrayItem(p, i);
-            if (cJSON_IsNumber(e)) {
-                v[2 * i] = v[2 * i + 1] = e->valueint;
-            } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 &&
-                       cJSON_IsNumber(cJSON_GetArrayItem(e, 0)) &&
-                       cJSON_IsNumber(cJSON_GetArrayItem(e, 1))) {
-                v[2 * i] = cJSON_GetArrayItem(e, 0)->valueint;
-                v[2 * i + 1] = cJSON_GetArrayItem(e, 1)->valueint;
-            } else {
+            bool one = dt__nn_int(e, 0, 65536, &v[2 * i]);
+            if (one)
+                v[2 * i + 1] = v[2 * i];
+            else if (!(cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 &&
+                       dt__nn_int(cJSON_GetArrayItem(e, 0), 0, 65536, &v[2 * i]) &&
+                       dt__nn_int(cJSON_GetArrayItem(e, 1), 0, 65536, &v[2 * i + 1]))) {
                 return dt__nn_layer_err(l, DT_EINVAL, err,
                                         "option 'padding': expected [[top, bottom], [left, "
                                         "right]]");

@@ -2,6 +2,8 @@
  * (Activation, ReLU, LeakyReLU, Softmax) and Rescaling. */
 #include "nn/layer.h"
 
+#include "core/limits.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -207,12 +209,11 @@ static dt_status reshape_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
     l->target.rank = n;
     for (int i = 0; i < n; i++) {
         const cJSON *d = cJSON_GetArrayItem(t, i);
-        if (!cJSON_IsNumber(d) || (d->valueint < 1 && d->valueint != -1))
+        if (!dt__nn_int(d, -1, DT_MAX_NN_DIM, &l->target.d[i]) || l->target.d[i] == 0)
             return dt__nn_layer_err(l, DT_EINVAL, err,
-                                    "option 'target_shape': item %d must be a positive integer "
+                                    "option 'target_shape': item %d must be an integer in 1..%d "
                                     "or -1",
-                                    i);
-        l->target.d[i] = d->valueint;
+                                    i, DT_MAX_NN_DIM);
     }
     return DT_OK;
 }
@@ -407,8 +408,8 @@ static dt_status softmax_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
     if (cJSON_IsArray(a) && cJSON_GetArraySize(a) == 1)
         a = cJSON_GetArrayItem(a, 0);
     l->act = (dt_nn_act_p){.kind = DT_NN_ACT_SOFTMAX};
-    l->units = (a && cJSON_IsNumber(a)) ? a->valueint : -1;
-    if (a && !cJSON_IsNull(a) && !cJSON_IsNumber(a))
+    l->units = -1;
+    if (a && !cJSON_IsNull(a) && !dt__nn_int(a, -DT_NN_MAX_RANK - 1, DT_NN_MAX_RANK, &l->units))
         return dt__nn_layer_err(l, DT_EINVAL, err, "option 'axis': expected an integer");
     return DT_OK;
 }

@@ -19,10 +19,9 @@ static dt_status read_axis(dt__nn_layer *l, const cJSON *cfg, int def, dt_err *e
         l->units = def;
         return DT_OK;
     }
-    if (!cJSON_IsNumber(a))
+    if (!dt__nn_int(a, -DT_NN_MAX_RANK - 1, DT_NN_MAX_RANK, &l->units))
         return dt__nn_layer_err(l, DT_ENOTSUP, err,
                                 "option 'axis': expected one integer (only the last axis)");
-    l->units = a->valueint;
     return DT_OK;
 }
 

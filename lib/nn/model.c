@@ -4,6 +4,7 @@
 
 #include "core/buf.h"
 #include "core/clock.h"
+#include "core/json.h"
 #include "core/limits.h"
 #include "nn/layer.h"
 
@@ -240,12 +241,18 @@ dt_status dt_model_from_json(const char *json, size_t len, const dt_model_opts *
     if (len > DT_MAX_MODEL_JSON)
         return dt_err_set(err, DT_ETOOBIG, "model: JSON of %zu bytes exceeds the limit of %u", len,
                           DT_MAX_MODEL_JSON);
-    cJSON *root_j = cJSON_ParseWithLength(json, len);
+    /* The end pointer, not cJSON_GetErrorPtr(): that is a global, and threads parse at once. */
+    const char *end = NULL;
+    cJSON *root_j = cJSON_ParseWithLengthOpts(json, len, &end, false);
     if (!root_j)
         return dt_err_set(err, DT_EINVAL, "model: not valid JSON (near byte %td)",
-                          cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - json : (ptrdiff_t)0);
+                          end && end >= json ? end - json : (ptrdiff_t)0);
+    dt_status st = dt_json_unique_keys(root_j, "model: $", err);
+    if (st != DT_OK) {
+        cJSON_Delete(root_j);
+        return st;
+    }
     dt_model *m = calloc(1, sizeof *m);
-    dt_status st = DT_OK;
     if (!m) {
         st = dt_err_set(err, DT_ENOMEM, "model: out of memory");
         goto fail;

@@ -106,6 +106,9 @@ DT_TEST(jobspec_fault_tolerance)
                 "$.fault_tolerance.rejoin_timeout_s");
     expect_fail(BASE ", \"fault_tolerance\": {\"rejoin_timeout_s\": \"5m\"}", DT_EINVAL,
                 "got a string");
+    expect_fail(BASE ", \"checkpoint\": {\"dir\": \"ok\", \"dir\": \"../escape\"}", DT_EINVAL,
+                "$.checkpoint.dir: duplicate key");
+    expect_fail(BASE ", \"data\": {}", DT_EINVAL, "$.data: duplicate key");
     expect_fail(BASE ", \"fault_tolerance\": {\"hang_timeout_s\": 0}", DT_EINVAL,
                 "$.fault_tolerance.hang_timeout_s: must be an integer in [1, 86400]");
     expect_fail(BASE ", \"fault_tolerance\": {\"min_workers\": 0}", DT_EINVAL,

@@ -283,6 +283,36 @@ DT_TEST(nn_keras_bad_input)
     }
     refused("", DT_EINVAL, "JSON", NULL, NULL);
     refused("\x01\x02garbage\xff", DT_EINVAL, "JSON", NULL, NULL);
+    /* A key twice: cJSON would take the first, Python's json the last. */
+    refused(nn_seq("4",
+                   "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 2, "
+                   "\"units\": 200}}",
+                   NULL),
+            DT_EINVAL, "$.config.layers[1].config.units: duplicate key", NULL, NULL);
+    /* Integers that are not: a fraction is not truncated, 1e22 does not overflow a cast. */
+    static const char *const bad_ints[] = {"[2.9, 3.7]", "1e22", "[3, -1e22]", "2.5",
+                                           "[3, 1e300]", "[3]",  "\"3\""};
+    for (size_t i = 0; i < sizeof bad_ints / sizeof *bad_ints; i++) {
+        char layer[512];
+        snprintf(layer, sizeof layer,
+                 "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
+                 "\"kernel_size\": %s}}",
+                 bad_ints[i]);
+        refused(nn_seq("6, 6, 1", layer, NULL), DT_EINVAL, "'c'", "'kernel_size'",
+                "an integer in 1..65536");
+    }
+    refused(nn_seq("8.5, 1", "{\"class_name\": \"Dense\", \"config\": {\"units\": 2}}", NULL),
+            DT_EINVAL, "axis 1 must be a fixed integer size", NULL, NULL);
+    refused(nn_seq("6, 6, 1",
+                   "{\"class_name\": \"ZeroPadding2D\", \"config\": {\"name\": \"z\", "
+                   "\"padding\": [[1.5, 1], [1, 1]]}}",
+                   NULL),
+            DT_EINVAL, "'z'", "'padding'", NULL);
+    refused(nn_seq("4",
+                   "{\"class_name\": \"Reshape\", \"config\": {\"name\": \"r\", "
+                   "\"target_shape\": [2, 2.0001]}}",
+                   NULL),
+            DT_EINVAL, "'r'", "'target_shape'", NULL);
     refused("[1, 2, 3]", DT_EINVAL, "class_name", NULL, NULL);
     refused("{\"class_name\": \"Sequential\", \"config\": {\"layers\": 5}}", DT_EINVAL,
             "$.config.layers", NULL, NULL);
