@@ -86,9 +86,9 @@ dt_status dt_idx_read(const char *path, dt_idx_header *hdr, uint8_t **data, size
     if (head[0] != 0 || head[1] != 0 || !idx_elem_size(head[2]) || head[3] == 0 ||
         head[3] > DT_MAX_IDX_DIMS) {
         st = dt_err_set(err, DT_EINVAL,
-                        "%s: at byte 0: not an IDX file (magic %02x %02x %02x %02x; expected 00 "
-                        "00 TYPE RANK with RANK 1..%d)",
-                        path, head[0], head[1], head[2], head[3], DT_MAX_IDX_DIMS);
+                        "%s: at byte 0: not an IDX file (its first 4 bytes are not 00 00 TYPE "
+                        "RANK with a known TYPE and RANK 1..%d)",
+                        path, DT_MAX_IDX_DIMS);
         goto fail;
     }
     hdr->type = head[2];

@@ -506,22 +506,25 @@ static uint64_t st_le64(const unsigned char *b)
     return v;
 }
 
-/* Checks the header length n against a file of total bytes. */
+/* Checks the header length n against a file of total bytes. The errors never print n: for a
+ * file that is not safetensors it is just its first 8 bytes (a key, a password hash). */
 static dt_status st_check_hdr_len(const char *label, uint64_t n, uint64_t total, dt_err *err)
 {
     if (n > DT_MAX_SAFETENSORS_HDR)
         return dt_err_set(err, DT_ETOOBIG,
-                          "%s: header length %llu is over the limit of %u bytes (not a "
-                          "safetensors file?)",
-                          label, (unsigned long long)n, DT_MAX_SAFETENSORS_HDR);
+                          "%s: the header length (the first 8 bytes) is over the limit of %u "
+                          "bytes: not a safetensors file, or a corrupt one",
+                          label, DT_MAX_SAFETENSORS_HDR);
     if (n > total - 8)
         return dt_err_set(err, DT_EINVAL,
-                          "%s: header length %llu runs past the end of the %llu-byte file "
-                          "(truncated, or not a safetensors file)",
-                          label, (unsigned long long)n, (unsigned long long)total);
+                          "%s: the header length (the first 8 bytes) runs past the end of the "
+                          "%llu-byte file: truncated, or not a safetensors file",
+                          label, (unsigned long long)total);
     if (n < 2)
-        return dt_err_set(err, DT_EINVAL, "%s: header length %llu is too short for JSON", label,
-                          (unsigned long long)n);
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: the header length (the first 8 bytes) is too short for JSON: not a "
+                          "safetensors file, or a corrupt one",
+                          label);
     return DT_OK;
 }
 

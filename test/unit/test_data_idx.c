@@ -135,6 +135,13 @@ DT_TEST(data_idx_bad_files_are_clear_errors)
     size_t len;
     ASSERT_OK(dt_file_read_all(img, 1 << 20, &raw, &len, &err), &err);
 
+    /* not IDX at all: the error does not show the file's first bytes */
+    write_file(bad, "root:*:20000:0:99999:7:::\n", 26);
+    ASSERT_STATUS(dt_idx_load(bad, lab, 1, 0, NULL, &ds, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "not an IDX file");
+    if (strstr(err.msg, "72 6f") || strstr(err.msg, "root"))
+        DT_FAIL_("the error echoes the file's bytes: %s", err.msg);
+
     /* truncated */
     write_file(bad, raw, len - 5);
     ASSERT_STATUS(dt_idx_load(bad, lab, 1, 0, NULL, &ds, &err), DT_EIO);
