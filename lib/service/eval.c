@@ -1,5 +1,5 @@
 /* daemon_eval.c - the evaluator task's loop (see daemon_eval.h). */
-#include "service/service.h"
+#include "service/service_internal.h"
 
 #include "config/jobspec.h"
 #include "core/buf.h"
@@ -174,8 +174,12 @@ static void poll_once(evaluator *e)
         return;
     }
     char id[64];
-    snprintf(id, sizeof id, "%s", jb->id);
+    snprintf(id, sizeof id, "%s", jb->id ? jb->id : "");
     protobuf_c_message_free_unpacked(&list->base, NULL);
+    if (!dt__service_id_ok(id)) { /* it names a directory here: never a path from the wire */
+        DT_WARN("eval", "the chief %s sent a job id that is not a number; ignoring it", e->chief);
+        return;
+    }
 
     if (strcmp(id, e->job) != 0) {
         dt_tfevents_close(e->tb);

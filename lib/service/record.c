@@ -18,6 +18,12 @@ static const char *const state_names[] = {
     [JOB_CANCELLED] = "cancelled",
 };
 
+bool dt__service_id_ok(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    return n >= 1 && n <= 20 && strspn(id, "0123456789") == n;
+}
+
 const char *dt__service_state_name(job_state s)
 {
     return s >= JOB_QUEUED && s <= JOB_CANCELLED ? state_names[s] : "unknown";

@@ -270,8 +270,7 @@ void dt__service_runner_start(runner *rn, dt_rpc_call *call)
                  "the chief sees this task as rank %u of %u, but it is rank %d of %d: are the "
                  "TF_CONFIGs the same everywhere?",
                  req->rank, req->world_size, rank, world);
-    } else if (!req->id || !*req->id || strlen(req->id) >= JOB_ID_LEN ||
-               strspn(req->id, "0123456789") != strlen(req->id)) {
+    } else if (!dt__service_id_ok(req->id)) {
         st = DT_EINVAL;
         snprintf(msg, sizeof msg, "bad job id");
     } else {

@@ -149,6 +149,9 @@ typedef struct job_queue {
 } job_queue;
 
 const char *dt__service_state_name(job_state s);
+/* A job id as the chief makes them: 1 to 20 decimal digits. Every id that crosses the wire is
+ * checked with it before it names a file or a directory. */
+bool dt__service_id_ok(const char *id);
 bool dt__service_state_parse(const char *name, job_state *out);
 bool dt__service_terminal(const job *jb);
 /* Whether a job may go from one state to another: queued -> preparing -> running -> an end,

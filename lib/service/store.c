@@ -218,7 +218,7 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 dt_status dt__service_remove(const char *state_dir, const char *id, dt_err *err)
 {
-    if (!*id || strspn(id, "0123456789") != strlen(id)) /* never a path: ids are numbers */
+    if (!dt__service_id_ok(id)) /* never a path: ids are numbers */
         return dt_err_set(err, DT_EINVAL, "bad job id '%s'", id);
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/jobs/%s", state_dir, id);

@@ -556,3 +556,16 @@ DT_TEST(service_rpc_stale_reports_change_nothing)
     dt_rpc_channel_free(ch);
     dt_rpc_channel_free(wch);
 }
+
+/* Ids cross the wire and name directories (jobs/<id>, eval/<id>): only numbers pass. */
+DT_TEST(service_ids_from_the_wire)
+{
+    static const char *const ok[] = {"1", "42", "00012", "12345678901234567890"};
+    static const char *const bad[] = {"",     "../../outside-eval",    "1/../2", "-1", "1 ",
+                                      "1\n2", "123456789012345678901", "0x10",   ".",  NULL};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        ASSERT_TRUE(dt__service_id_ok(ok[i]));
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (dt__service_id_ok(bad[i]))
+            DT_FAIL_("id '%s' was accepted", bad[i] ? bad[i] : "(null)");
+}
