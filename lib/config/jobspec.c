@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 
 /* ---------------------------------------------------------------------------- paths -- */
@@ -37,6 +38,16 @@ static dt_status real_root(const char *root, const char *what, char *out, dt_err
     return DT_OK;
 }
 
+static const char *file_kind(mode_t m)
+{
+    return S_ISFIFO(m)   ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISDIR(m)  ? "a directory"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
 dt_status dt_jobspec_check_read(const char *root, const char *path, const char *json_path,
                                 dt_err *err)
 {
@@ -44,14 +55,21 @@ dt_status dt_jobspec_check_read(const char *root, const char *path, const char *
     if (!realpath(path, real))
         return dt_err_set(err, errno == ENOENT ? DT_ENOENT : DT_EIO, "%s: \"%s\": %s", json_path,
                           path, strerror(errno));
-    if (!root)
-        return DT_OK;
-    DT_TRY(real_root(root, "data root", rr, err));
-    if (!inside(rr, real))
-        return dt_err_set(err, DT_EPERM,
-                          "%s: \"%s\" resolves to %s, outside the data root %s; put the file "
-                          "under the data root (symlinks out of it are refused)",
-                          json_path, path, real, rr);
+    if (root) {
+        DT_TRY(real_root(root, "data root", rr, err));
+        if (!inside(rr, real))
+            return dt_err_set(err, DT_EPERM,
+                              "%s: \"%s\" resolves to %s, outside the data root %s; put the file "
+                              "under the data root (symlinks out of it are refused)",
+                              json_path, path, real, rr);
+    }
+    /* stat, never open: opening a FIFO blocks until a writer comes, and a device never ends. */
+    struct stat sb;
+    if (stat(real, &sb) != 0)
+        return dt_err_set(err, DT_EIO, "%s: \"%s\": %s", json_path, path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return dt_err_set(err, DT_EINVAL, "%s: \"%s\" is %s; give a regular file", json_path, path,
+                          file_kind(sb.st_mode));
     return DT_OK;
 }
 

@@ -266,6 +266,22 @@ DT_TEST(jobspec_model_path)
     dt_jobspec_destroy(&s);
     expect_fail("\"model\": \"nope.json\", \"compile\": {\"loss\": \"mse\"}, \"data\": {}",
                 DT_ENOENT, "$.model");
+    /* A FIFO would block the reader until a writer comes, a device would never end: refused
+     * from a stat, before anything opens them. */
+    snprintf(p, sizeof p, "%s/fifo.json", g_data);
+    ASSERT_EQ(mkfifo(p, 0600), 0);
+    expect_fail("\"model\": \"fifo.json\", \"compile\": {\"loss\": \"mse\"}, \"data\": {}",
+                DT_EINVAL, "/data/fifo.json\" is a FIFO; give a regular file");
+    expect_fail(BASE ", \"initial_weights\": \"fifo.json\"", DT_EINVAL,
+                "fifo.json\" is a FIFO");
+    snprintf(p, sizeof p, "%s/sub", g_data);
+    ASSERT_EQ(mkdir(p, 0755), 0);
+    expect_fail("\"model\": \"sub\", \"compile\": {\"loss\": \"mse\"}, \"data\": {}", DT_EINVAL,
+                "is a directory");
+    dt_jobspec_roots r = {.data_root = "/dev", .state_dir = g_state};
+    const char *dev = "{\"model\": \"zero\", \"compile\": {\"loss\": \"mse\"}, \"data\": {}}";
+    ASSERT_STATUS(dt_jobspec_parse(dev, strlen(dev), &r, &s, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "is a character device");
 }
 
 DT_TEST(jobspec_path_escapes)
