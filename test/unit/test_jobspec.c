@@ -272,8 +272,7 @@ DT_TEST(jobspec_model_path)
     ASSERT_EQ(mkfifo(p, 0600), 0);
     expect_fail("\"model\": \"fifo.json\", \"compile\": {\"loss\": \"mse\"}, \"data\": {}",
                 DT_EINVAL, "/data/fifo.json\" is a FIFO; give a regular file");
-    expect_fail(BASE ", \"initial_weights\": \"fifo.json\"", DT_EINVAL,
-                "fifo.json\" is a FIFO");
+    expect_fail(BASE ", \"initial_weights\": \"fifo.json\"", DT_EINVAL, "fifo.json\" is a FIFO");
     snprintf(p, sizeof p, "%s/sub", g_data);
     ASSERT_EQ(mkdir(p, 0755), 0);
     expect_fail("\"model\": \"sub\", \"compile\": {\"loss\": \"mse\"}, \"data\": {}", DT_EINVAL,
