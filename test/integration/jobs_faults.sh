@@ -65,12 +65,7 @@ echo "SIGSTOP of worker:1 for 8 s: running again $(ms_since "$t_cont") ms after 
 jobs_wait_state 2 succeeded 120
 wait "$watcher" || dt_fail "the watcher of job 2 did not end with success: $(tail -3 "$DT_TEST_TMP/watch2.err")"
 
-jc status 2 --json >"$DT_TEST_TMP/s2.json"
-dt_assert_eq "$(dt_json_get restarts "$DT_TEST_TMP/s2.json")" 2 "restarts of job 2"
-for r in 0 1 2; do
-  dt_assert_eq "$(dt_json_get weights_hashes.$r "$DT_TEST_TMP/s2.json")" "$ref" \
-    "rank $r's final weights after two restarts vs the fault-free run"
-done
+jobs_expect_weights 2 2 "$ref" 3 "after two restarts vs the fault-free run"
 # Only the stopped worker was called dead, once; the woken one called nobody dead.
 dead_after=$(grep -c "is dead" "$DT_TEST_TMP/ft-w0.log" || true)
 dt_assert_eq "$((dead_after - dead_before))" 1 "deaths the chief saw during the SIGSTOP"

@@ -11,6 +11,9 @@
 #   jobs_step ID                    the job's global step now
 #   jobs_wait_step_past ID STEP [S] wait until the job is past global step STEP
 #   ms_since T0_MS                  milliseconds since T0_MS (from dt__now_ms)
+#   jobs_expect_weights ID RESTARTS REF RANKS WHAT  the job restarted RESTARTS times and every
+#                                   one of its RANKS replicas ended with weights hash REF; its
+#                                   status stays in $DT_TEST_TMP/sID.json
 
 JOBS_DATA=$DT_TEST_TMP/data
 JOBS_ADDRS=()
@@ -109,3 +112,12 @@ jobs_wait_step_past() {
 }
 
 ms_since() { echo $(($(dt__now_ms) - $1)); }
+
+jobs_expect_weights() {
+  local id=$1 restarts=$2 ref=$3 ranks=$4 what=$5 r f=$DT_TEST_TMP/s$1.json
+  jc status "$id" --json >"$f"
+  dt_assert_eq "$(dt_json_get restarts "$f")" "$restarts" "restarts of job $id"
+  for ((r = 0; r < ranks; r++)); do
+    dt_assert_eq "$(dt_json_get weights_hashes.$r "$f")" "$ref" "rank $r's final weights $what"
+  done
+}
