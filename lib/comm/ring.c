@@ -112,7 +112,9 @@ struct dt_comm {
     int pending;
     int64_t pending_at;
     char pending_reason[1024];
-    int64_t idle_since_ms; /* when the queue last emptied (every collective finished) */
+    /* When the queue last emptied (every collective finished), -1 while one is queued; atomic
+     * so the daemon's watchdog reads it without the lock a frozen trainer might hold. */
+    _Atomic int64_t idle_since_ms;
     dt_comm *hub_next;
 };
 
@@ -170,7 +172,7 @@ static void comm_fail(dt_comm *c, dt_status st, const char *reason, int notify)
     for (dt_comm_req *r = c->head; r; r = r->next)
         req_finish(r, st, reason);
     c->head = c->tail = NULL;
-    c->idle_since_ms = now_ms();
+    atomic_store(&c->idle_since_ms, now_ms());
     if (notify)
         send_notices(c, reason);
     /* Release, not just cancel: gRPC keeps a stream's unsent bytes (slices of the caller's
@@ -513,7 +515,7 @@ static void pump(dt_comm *c)
         c->head = r->next;
         if (!c->head) {
             c->tail = NULL;
-            c->idle_since_ms = now_ms();
+            atomic_store(&c->idle_since_ms, now_ms());
         }
         pthread_cond_broadcast(&c->cv);
     }
@@ -948,7 +950,7 @@ dt_status dt_comm_new(const dt_comm_opts *o, dt_comm **out, dt_err *err)
     c->addr = calloc((size_t)o->world, sizeof *c->addr);
     c->name = calloc((size_t)o->world, sizeof *c->name);
     c->notice_ch = calloc((size_t)o->world, sizeof *c->notice_ch);
-    c->idle_since_ms = now_ms();
+    atomic_init(&c->idle_since_ms, now_ms());
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pthread_mutex_init(&c->ref_mu, NULL);
@@ -1016,10 +1018,8 @@ int dt_comm_world(const dt_comm *c)
 
 int64_t dt_comm_idle_ms(dt_comm *c)
 {
-    pthread_mutex_lock(&c->mu);
-    int64_t idle = c->head ? -1 : now_ms() - c->idle_since_ms;
-    pthread_mutex_unlock(&c->mu);
-    return idle;
+    int64_t since = atomic_load(&c->idle_since_ms);
+    return since < 0 ? -1 : now_ms() - since;
 }
 
 /* Ends the streams: gracefully when the group is healthy (the next rank's receive sees the end
@@ -1030,6 +1030,8 @@ static void close_streams(dt_comm *c)
     c->closing = 1;
     for (dt_comm_req *r = c->head; r; r = r->next)
         req_finish(r, DT_ECANCELED, "the communicator was freed");
+    if (c->head)
+        atomic_store(&c->idle_since_ms, now_ms());
     c->head = c->tail = NULL;
     if (!c->broken) {
         for (int k = 0; k < c->nstreams; k++) {
@@ -1133,6 +1135,7 @@ static dt_status submit(dt_comm *c, dt_comm_req *r, dt_comm_req **out, dt_err *e
         else
             c->head = r;
         c->tail = r;
+        atomic_store(&c->idle_since_ms, -1);
         pump(c);
     }
     pthread_mutex_unlock(&c->mu);
