@@ -480,6 +480,96 @@ static dt_status parse_strategy(const cJSON *root, dt_jobspec *s, dt_err *err)
     return DT_OK;
 }
 
+/* out (from dt_jobspec_resolve_write under state_dir) relative to the state dir, normalised:
+ * no empty or "." components ("" for the state dir itself). NULL when out of memory. */
+static char *rel_to_state(const char *state_dir, const char *out)
+{
+    char rr[PATH_MAX];
+    if (!realpath(state_dir, rr) || !inside(rr, out))
+        return NULL;
+    const char *p = out + (strcmp(rr, "/") == 0 ? 0 : strlen(rr));
+    char *rel = malloc(strlen(p) + 1);
+    if (!rel)
+        return NULL;
+    size_t n = 0;
+    while (*p) {
+        while (*p == '/')
+            p++;
+        size_t k = strcspn(p, "/");
+        if (k && !(k == 1 && p[0] == '.')) {
+            if (n)
+                rel[n++] = '/';
+            memcpy(rel + n, p, k);
+            n += k;
+        }
+        p += k;
+    }
+    rel[n] = '\0';
+    return rel;
+}
+
+/* The daemon's own trees in the state dir: jobs/<id> holds every job's record, checkpoints and
+ * weights (one job's keep rotation would delete another's), eval/ the evaluator's files. */
+static dt_status check_write_dir(const char *rel, const char *json_path, const char *path,
+                                 dt_err *err)
+{
+    size_t k = strcspn(rel, "/");
+    if (!rel[0])
+        return dt_err_set(err, DT_EPERM,
+                          "%s: \"%s\" is the state dir itself; give a dir of this job's own "
+                          "inside it (e.g. \"runs/<name>\"), or leave the key out",
+                          json_path, path);
+    if ((k == 4 && strncmp(rel, "jobs", 4) == 0) || (k == 4 && strncmp(rel, "eval", 4) == 0))
+        return dt_err_set(err, DT_EPERM,
+                          "%s: \"%s\" lies in the daemon's own %.4s/ dir, where every job's "
+                          "files live; give a dir of this job's own (e.g. \"runs/<name>\"), or "
+                          "leave the key out%s",
+                          json_path, path, rel,
+                          strcmp(json_path, "$.checkpoint.dir") == 0
+                              ? " (checkpoints then go to jobs/<id>/checkpoints)"
+                              : "");
+    return DT_OK;
+}
+
+static dt_status resolve_out_dir(const char *state_dir, const char *path, const char *json_path,
+                                 char **out, char **rel, dt_err *err)
+{
+    DT_TRY(dt_jobspec_resolve_write(state_dir, path, json_path, out, err));
+    if (!state_dir)
+        return DT_OK;
+    if (!(*rel = rel_to_state(state_dir, *out)))
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory", json_path);
+    return check_write_dir(*rel, json_path, path, err);
+}
+
+bool dt_jobspec_dirs_overlap(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b), n = na < nb ? na : nb;
+    return strncmp(a, b, n) == 0 && (na == nb || (na < nb ? b[n] : a[n]) == '/' || n == 0);
+}
+
+void dt_jobspec_write_dirs(const char *json, size_t len, const char *state_dir, char **ckpt_rel,
+                           char **tb_rel)
+{
+    *ckpt_rel = *tb_rel = NULL;
+    if (!state_dir)
+        return;
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    static const char *const keys[][2] = {{"checkpoint", "dir"}, {"tensorboard", "log_dir"}};
+    char **outs[] = {ckpt_rel, tb_rel};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, keys[i][0]);
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, keys[i][1]);
+        char *full = NULL;
+        dt_err err;
+        if (cJSON_IsString(d) &&
+            dt_jobspec_resolve_write(state_dir, d->valuestring, "", &full, &err) == DT_OK)
+            *outs[i] = rel_to_state(state_dir, full);
+        free(full);
+    }
+    cJSON_Delete(root);
+}
+
 static dt_status parse_outputs(const cJSON *root, const dt_jobspec_roots *roots, dt_jobspec *s,
                                dt_err *err)
 {
@@ -494,8 +584,8 @@ static dt_status parse_outputs(const cJSON *root, const dt_jobspec_roots *roots,
         const char *dir;
         DT_TRY(get_string(c, "dir", "$.checkpoint", &dir, err));
         if (dir)
-            DT_TRY(dt_jobspec_resolve_write(roots->state_dir, dir, "$.checkpoint.dir",
-                                            &s->checkpoint_dir, err));
+            DT_TRY(resolve_out_dir(roots->state_dir, dir, "$.checkpoint.dir", &s->checkpoint_dir,
+                                   &s->checkpoint_rel, err));
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "save_freq");
         if (cJSON_IsString(f)) {
             if (strcmp(f->valuestring, "epoch"))
@@ -521,8 +611,8 @@ static dt_status parse_outputs(const cJSON *root, const dt_jobspec_roots *roots,
         DT_TRY(get_string(t, "log_dir", "$.tensorboard", &dir, err));
         if (!dir)
             return dt_err_set(err, DT_EINVAL, "$.tensorboard.log_dir: missing");
-        DT_TRY(dt_jobspec_resolve_write(roots->state_dir, dir, "$.tensorboard.log_dir",
-                                        &s->tensorboard_dir, err));
+        DT_TRY(resolve_out_dir(roots->state_dir, dir, "$.tensorboard.log_dir", &s->tensorboard_dir,
+                               &s->tensorboard_rel, err));
     }
     return DT_OK;
 }
@@ -649,6 +739,8 @@ void dt_jobspec_destroy(dt_jobspec *s)
     cJSON_Delete(s->data);
     free(s->checkpoint_dir);
     free(s->tensorboard_dir);
+    free(s->checkpoint_rel);
+    free(s->tensorboard_rel);
     free((char *)s->roots.data_root);
     free((char *)s->roots.state_dir);
     memset(s, 0, sizeof *s);

@@ -19,6 +19,9 @@
  * resolved form leaves the root - through ".." or a symlink anywhere along it - is refused
  * with DT_EPERM naming the JSON path. A NULL root means "no confinement" (the CLI's local
  * use, tests): relative paths are then relative to the working directory.
+ * A write dir may not be the state dir itself nor lie in the daemon's own trees there (jobs/,
+ * where every job's files live, and eval/): a job writes only under its own dir or one it
+ * names; the job service refuses a dir another job already uses.
  * Data files are checked by lib/train with dt_jobspec_check_read after the data module has
  * expanded its globs.
  *
@@ -103,6 +106,9 @@ typedef struct dt_jobspec {
     int keep;                /* default 3; >= 1 */
 
     char *tensorboard_dir; /* $.tensorboard.log_dir resolved under state_dir, or NULL */
+    /* The same two relative to the state dir, normalised ("ckpt/mnist"), or NULL: what the
+     * job service compares so that no two jobs share a dir (dt_jobspec_dirs_overlap). */
+    char *checkpoint_rel, *tensorboard_rel;
 
     /* $.fault_tolerance: what the job service does when a task dies or hangs mid-job. */
     int max_restarts;     /* default 3: restarts from the latest checkpoint before it fails */
@@ -129,6 +135,14 @@ dt_status dt_jobspec_parse(const char *json, size_t len, const dt_jobspec_roots 
 dt_status dt_jobspec_parse_file(const char *path, const dt_jobspec_roots *roots, dt_jobspec *out,
                                 dt_err *err);
 void dt_jobspec_destroy(dt_jobspec *spec);
+
+/* The dirs a job writes to besides its own (checkpoint.dir, tensorboard.log_dir), relative to
+ * state_dir as in dt_jobspec: for a job the service already holds, without validating the rest
+ * of its spec again. A missing key, a spec that no longer parses or no state_dir gives NULL. */
+void dt_jobspec_write_dirs(const char *json, size_t len, const char *state_dir, char **ckpt_rel,
+                           char **tb_rel);
+/* Whether two such relative dirs are the same dir or one lies inside the other. */
+bool dt_jobspec_dirs_overlap(const char *a, const char *b);
 
 /* Resolves path for reading under root (NULL = unconfined): relative to root, symlinks
  * followed; the file must exist. *out (malloc'd, caller frees) is the real path. Refuses an

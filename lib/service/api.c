@@ -33,6 +33,38 @@ static void reply_job(dt_rpc_call *call, const job *jb)
     dt_rpc_call_reply(call, &rep.base);
 }
 
+/* A dir the new job would write to that another job (any state: a finished job's checkpoints
+ * are still its own until it is removed) writes to as well, or inside it: writes the refusal
+ * into msg and returns true. Two jobs may share a TensorBoard dir: event files have unique
+ * names and are never deleted (TensorBoard's habit of one log dir for many runs); a checkpoint
+ * dir is never shared, since keep's rotation deletes what it did not write. */
+static bool dir_in_use(dt_service *j, const jt_summary *sum, char *msg, size_t n)
+{
+    static const char *const keys[] = {"$.checkpoint.dir", "$.tensorboard.log_dir"};
+    for (job *jb = j->q.head; jb; jb = jb->next) {
+        if (!jb->dirs_read) {
+            dt_jobspec_write_dirs(jb->rec.spec_json, jb->rec.spec_len, j->state_dir, &jb->dirs[0],
+                                  &jb->dirs[1]);
+            jb->dirs_read = true;
+        }
+        for (int a = 0; a < 2; a++) {
+            for (int b = 0; b < 2; b++) {
+                if ((a == 1 && b == 1) || !sum->dirs[a][0] || !jb->dirs[b] ||
+                    !dt_jobspec_dirs_overlap(sum->dirs[a], jb->dirs[b]))
+                    continue;
+                snprintf(msg, n,
+                         "%s: \"%s\" in the state dir is already used by job %s (%s, its %s "
+                         "\"%s\"); give each job a dir of its own, or remove job %s first "
+                         "(dtrain rm %s)",
+                         keys[a], sum->dirs[a], jb->rec.id, jb->rec.name, keys[b], jb->dirs[b],
+                         jb->rec.id, jb->rec.id);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 static void validate_done(dt_service *j, jcall *c)
 {
     if (c->st != DT_OK) {
@@ -56,11 +88,24 @@ static void validate_done(dt_service *j, jcall *c)
         dt_rpc_call_fail(c->call, DT_EINVAL, msg);
         return;
     }
+    char msg[2 * PATH_MAX + 600];
+    if (dir_in_use(j, &c->sum, msg, sizeof msg)) {
+        DT_INFO("jobs", "refused a job from %s: %s", c->text2 ? c->text2 : "?", msg);
+        dt_rpc_call_fail(c->call, DT_EPERM, msg);
+        return;
+    }
     job *jb = dt__service_job_new();
     if (!jb) {
         dt_rpc_call_fail(c->call, DT_ENOMEM, "out of memory");
         return;
     }
+    for (int i = 0; i < 2; i++)
+        if (c->sum.dirs[i][0] && !(jb->dirs[i] = strdup(c->sum.dirs[i]))) {
+            dt_rpc_call_fail(c->call, DT_ENOMEM, "out of memory");
+            dt__service_job_free(jb);
+            return;
+        }
+    jb->dirs_read = true;
     snprintf(jb->rec.id, sizeof jb->rec.id, "%llu", (unsigned long long)j->q.next_id++);
     snprintf(jb->rec.name, sizeof jb->rec.name, "%s", c->sum.name[0] ? c->sum.name : "job");
     jb->rec.spec_json = c->text;

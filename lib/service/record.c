@@ -93,6 +93,8 @@ void dt__service_job_free(job *jb)
         return;
     free(jb->rec.spec_json);
     free(jb->rec.weights_path);
+    free(jb->dirs[0]);
+    free(jb->dirs[1]);
     free_hashes(&jb->rec);
     dt__service_events_destroy(&jb->events);
     dt__service_deactivate(jb);

@@ -25,6 +25,7 @@
 #include "jobs.pb-c.h"
 #include "train/train.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -140,6 +141,10 @@ struct job {
     job_events events;
     bool resume;     /* the next start resumes from the latest checkpoint */
     job_active *act; /* while it holds the cluster, else NULL */
+    /* The dirs it writes to besides jobs/<id> (checkpoint.dir, tensorboard.log_dir) relative
+     * to the state dir, owned, NULL if none; read from the spec on first use (dirs_read). */
+    char *dirs[2];
+    bool dirs_read;
 };
 
 /* The chief's jobs, oldest first. */
@@ -245,6 +250,7 @@ typedef struct jt_summary {
     uint32_t epochs;
     uint64_t params;
     uint32_t max_restarts, rejoin_timeout_s, min_workers;
+    char dirs[2][PATH_MAX]; /* as job.dirs; "" if none */
 } jt_summary;
 
 /* Parses a spec with the daemon's roots (data_root for reads, state_dir for writes). */

@@ -36,6 +36,10 @@ dt_status dt__service_validate(const char *spec_json, size_t len, const char *da
         out->max_restarts = (uint32_t)spec.max_restarts;
         out->rejoin_timeout_s = (uint32_t)spec.rejoin_timeout_s;
         out->min_workers = (uint32_t)spec.min_workers;
+        snprintf(out->dirs[0], sizeof out->dirs[0], "%s",
+                 spec.checkpoint_rel ? spec.checkpoint_rel : "");
+        snprintf(out->dirs[1], sizeof out->dirs[1], "%s",
+                 spec.tensorboard_rel ? spec.tensorboard_rel : "");
     }
     dt_jobspec_destroy(&spec);
     return st;

@@ -2,7 +2,7 @@
 # timeout: 60
 # Bad input is refused at submit with its JSON path and exit 2, and the daemon keeps serving:
 # a bad value, garbage JSON, a data path escaping --data-root (.. and a symlink), unknown jobs,
-# export of a job without weights, bad usage.
+# export of a job without weights, a write dir that another job uses, bad usage.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
@@ -56,6 +56,24 @@ dt_assert_eq "$rc" 1 "export of an unfinished job"
 dt_assert_contains "$DT_TEST_TMP/err" "has no final weights" "export message"
 [[ ! -e $DT_TEST_TMP/x.safetensors ]] || dt_fail "export wrote a file for an unfinished job"
 jc cancel 1 >/dev/null
+
+# A job writes only under its own dir: not in the daemon's jobs/ tree (job 1's checkpoints),
+# and not in a dir another job uses, until that job is removed.
+jobs_spec "$DT_TEST_TMP/other.json" 1 32 ', "checkpoint": {"dir": "jobs/1/checkpoints"}'
+expect_refused "$DT_TEST_TMP/other.json" '\$\.checkpoint\.dir: "jobs/1/checkpoints" lies in the daemon.s own jobs/ dir' \
+  "a checkpoint dir in another job's dir"
+jobs_spec "$DT_TEST_TMP/own.json" 100000 32 ', "checkpoint": {"dir": "runs/a", "save_freq": 100000000}'
+jc submit "$DT_TEST_TMP/own.json" >/dev/null || dt_fail "a job with a checkpoint dir of its own was refused"
+jobs_spec "$DT_TEST_TMP/inside.json" 1 32 ', "tensorboard": {"log_dir": "./runs/a/tb"}'
+expect_refused "$DT_TEST_TMP/inside.json" \
+  '\$\.tensorboard\.log_dir: "runs/a/tb" in the state dir is already used by job 2 .*its \$\.checkpoint\.dir "runs/a".*dtrain rm 2' \
+  "a TensorBoard dir inside another job's checkpoint dir"
+jc cancel 2 >/dev/null
+jobs_wait_state 2 cancelled 30
+jc rm 2 >/dev/null || dt_fail "rm of a cancelled job"
+jc submit "$DT_TEST_TMP/inside.json" >/dev/null || dt_fail "the dir was still taken after rm of its job"
+# Two jobs may share a TensorBoard dir (event files are never overwritten nor deleted).
+jc submit "$DT_TEST_TMP/inside.json" >/dev/null || dt_fail "a shared TensorBoard dir was refused"
 
 # Bad usage: exit 2.
 for args in "submit" "submit a b" "export 1" "evaluate 1" "predict 1 --data {}" "cancel" \

@@ -327,3 +327,54 @@ DT_TEST(jobspec_path_escapes)
     ASSERT_STREQ(out, "rel/dir");
     free(out);
 }
+
+DT_TEST(jobspec_write_dirs_stay_out_of_other_jobs)
+{
+    setup();
+    /* the state dir itself, the daemon's jobs/ and eval/ trees (another job's checkpoints) */
+    expect_fail(BASE ", \"checkpoint\": {\"dir\": \".\"}", DT_EPERM, "is the state dir itself");
+    expect_fail(BASE ", \"checkpoint\": {\"dir\": \"./\"}", DT_EPERM, "is the state dir itself");
+    expect_fail(BASE ", \"checkpoint\": {\"dir\": \"jobs/1/checkpoints\"}", DT_EPERM,
+                "$.checkpoint.dir: \"jobs/1/checkpoints\" lies in the daemon's own jobs/ dir");
+    expect_fail(BASE ", \"checkpoint\": {\"dir\": \".//jobs\"}", DT_EPERM, "own jobs/ dir");
+    expect_fail(BASE ", \"tensorboard\": {\"log_dir\": \"eval/2\"}", DT_EPERM,
+                "$.tensorboard.log_dir: \"eval/2\" lies in the daemon's own eval/ dir");
+    char abs[1400];
+    snprintf(abs, sizeof abs, BASE ", \"tensorboard\": {\"log_dir\": \"%s/jobs/4/tb\"}", g_state);
+    expect_fail(abs, DT_EPERM, "own jobs/ dir");
+    /* a symlink inside the state dir that leads into jobs/ is caught too */
+    char jobs[700], alias[700];
+    snprintf(jobs, sizeof jobs, "%s/jobs", g_state);
+    snprintf(alias, sizeof alias, "%s/alias", g_state);
+    ASSERT_EQ(mkdir(jobs, 0755), 0);
+    ASSERT_EQ(symlink("jobs", alias), 0);
+    expect_fail(BASE ", \"checkpoint\": {\"dir\": \"alias/1\"}", DT_EPERM, "own jobs/ dir");
+
+    /* a dir of its own: accepted, and its normalised form is what the service compares */
+    dt_jobspec s;
+    dt_err err = {0};
+    ASSERT_OK(parse(BASE ", \"checkpoint\": {\"dir\": \"./runs//a/\"}, \"tensorboard\": "
+                         "{\"log_dir\": \"jobsx/tb\"}",
+                    &s, &err),
+              &err);
+    ASSERT_STREQ(s.checkpoint_rel, "runs/a");
+    ASSERT_STREQ(s.tensorboard_rel, "jobsx/tb");
+    dt_jobspec_destroy(&s);
+    char spec[1200], *c = NULL, *t = NULL;
+    snprintf(spec, sizeof spec,
+             "{\"checkpoint\": {\"dir\": \"%s/runs/a\"}, \"tensorboard\": {\"log_dir\": 3}}",
+             g_state);
+    dt_jobspec_write_dirs(spec, strlen(spec), g_state, &c, &t);
+    ASSERT_STREQ(c, "runs/a");
+    ASSERT_TRUE(t == NULL);
+    free(c);
+    dt_jobspec_write_dirs("{garbage", 8, g_state, &c, &t);
+    ASSERT_TRUE(c == NULL && t == NULL);
+
+    ASSERT_TRUE(dt_jobspec_dirs_overlap("runs/a", "runs/a"));
+    ASSERT_TRUE(dt_jobspec_dirs_overlap("runs/a", "runs/a/tb"));
+    ASSERT_TRUE(dt_jobspec_dirs_overlap("runs/a/tb", "runs"));
+    ASSERT_FALSE(dt_jobspec_dirs_overlap("runs/a", "runs/ab"));
+    ASSERT_FALSE(dt_jobspec_dirs_overlap("runs/ab", "runs/a"));
+    ASSERT_FALSE(dt_jobspec_dirs_overlap("runs/a", "tb/a"));
+}
