@@ -1,5 +1,7 @@
 #include "core/log.h"
 
+#include "core/clock.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,4 +125,62 @@ void dt_log_write(dt_log_level level, const char *subsys, const char *fmt, ...)
     /* One write per line keeps concurrent threads' lines whole. */
     ssize_t w = write(STDERR_FILENO, line, n);
     (void)w;
+}
+
+/* --- rate limit -------------------------------------------------------------------------- */
+
+static void limit_summary(dt_log_limit *l, int i, int64_t now)
+{
+    if (l->slot[i].count)
+        dt_log_write(DT_LOG_WARN, l->subsys, "%llu more %s from %s in the last %.0f s",
+                     (unsigned long long)l->slot[i].count, l->what, l->slot[i].key,
+                     (double)(now - l->slot[i].since_ms) / 1000.0);
+    l->slot[i].count = 0;
+    l->slot[i].since_ms = now;
+}
+
+bool dt_log_limit_allow(dt_log_limit *l, const char *key)
+{
+    int64_t now = dt_now_ms();
+    bool allow = true;
+    pthread_mutex_lock(&l->mu);
+    int found = -1, stalest = 0;
+    for (int i = 0; i < DT_LOG_LIMIT_KEYS; i++) {
+        if (l->slot[i].key[0] && strncmp(l->slot[i].key, key, sizeof l->slot[i].key - 1) == 0) {
+            found = i;
+            break;
+        }
+        if (!l->slot[i].key[0] ||
+            (l->slot[stalest].key[0] && l->slot[i].since_ms < l->slot[stalest].since_ms))
+            stalest = i;
+    }
+    if (found < 0) {
+        if (l->slot[stalest].key[0])
+            limit_summary(l, stalest, now);
+        snprintf(l->slot[stalest].key, sizeof l->slot[stalest].key, "%s", key);
+        l->slot[stalest].count = 0;
+        l->slot[stalest].since_ms = now;
+    } else if (now - l->slot[found].since_ms >= l->interval_ms) {
+        limit_summary(l, found, now);
+    } else {
+        l->slot[found].count++;
+        allow = false;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return allow;
+}
+
+void dt_log_limit_flush(dt_log_limit *l)
+{
+    int64_t now = dt_now_ms();
+    pthread_mutex_lock(&l->mu);
+    for (int i = 0; i < DT_LOG_LIMIT_KEYS; i++) {
+        if (!l->slot[i].key[0] || now - l->slot[i].since_ms < l->interval_ms)
+            continue;
+        if (l->slot[i].count)
+            limit_summary(l, i, now);
+        else
+            l->slot[i].key[0] = '\0'; /* quiet for a whole interval: forget it */
+    }
+    pthread_mutex_unlock(&l->mu);
 }

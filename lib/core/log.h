@@ -17,7 +17,9 @@
 
 #include "core/status.h"
 
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef enum dt_log_level {
     DT_LOG_ERROR = 0,
@@ -44,6 +46,40 @@ void dt_log_write(dt_log_level level, const char *subsys, const char *fmt, ...) 
         if (dt_log_enabled((lvl), (subsys)))                                                       \
             dt_log_write((lvl), (subsys), __VA_ARGS__);                                            \
     } while (0)
+
+/* A flood of one kind of line - a peer refused thousands of times a second - is written once
+ * per interval and key (the peer): the first line at once, the rest counted. The next line let
+ * through for that key, or dt_log_limit_flush (call it every second or so), writes the count:
+ * "rpc: 9999 more refused calls without the cluster token from 10.0.0.9 in the last 10 s".
+ * Up to DT_LOG_LIMIT_KEYS keys at once; the stalest is summarised and dropped for a new one.
+ * Thread-safe. Static storage:
+ *     static dt_log_limit refusals = DT_LOG_LIMIT_INIT("rpc", "refused calls ...", 10000);
+ *     if (dt_log_limit_allow(&refusals, host)) DT_WARN("rpc", "refused ... from %s", host); */
+#define DT_LOG_LIMIT_KEYS 32
+typedef struct dt_log_limit {
+    const char *subsys, *what;
+    int64_t interval_ms;
+    pthread_mutex_t mu;
+    struct {
+        char key[80];
+        int64_t since_ms; /* when its last line was written */
+        uint64_t count;   /* lines held back since */
+    } slot[DT_LOG_LIMIT_KEYS];
+} dt_log_limit;
+#define DT_LOG_LIMIT_INIT(subsys, what, interval_ms)                                               \
+    {                                                                                              \
+        (subsys), (what), (interval_ms), PTHREAD_MUTEX_INITIALIZER,                                \
+        {                                                                                          \
+            {                                                                                      \
+                {0}, 0, 0                                                                          \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+/* Whether the line for key may be written now; false counts it. */
+bool dt_log_limit_allow(dt_log_limit *l, const char *key);
+/* Writes the count of every key whose interval has passed with lines held back. */
+void dt_log_limit_flush(dt_log_limit *l);
 
 #define DT_ERROR(subsys, ...) DT_LOG_AT_(DT_LOG_ERROR, subsys, __VA_ARGS__)
 #define DT_WARN(subsys, ...)  DT_LOG_AT_(DT_LOG_WARN, subsys, __VA_ARGS__)

@@ -116,6 +116,26 @@ void dt__rpc_args_free(grpc_channel_args *args)
     free(args);
 }
 
+static dt_log_limit refusals =
+    DT_LOG_LIMIT_INIT("rpc", "refused calls or streams without the cluster token", 10000);
+
+bool dt__rpc_refusal_log_ok(const char *peer)
+{
+    /* "ipv4:10.0.0.9:53120": the host, since every connection has a port of its own */
+    char host[80];
+    snprintf(host, sizeof host, "%s", peer ? peer : "?");
+    char *colon = strrchr(host, ':');
+    if (colon && colon != strchr(host, ':') && colon[1] &&
+        strspn(colon + 1, "0123456789") == strlen(colon + 1))
+        *colon = '\0';
+    return dt_log_limit_allow(&refusals, host);
+}
+
+void dt__rpc_refusals_flush(void)
+{
+    dt_log_limit_flush(&refusals);
+}
+
 int dt__rpc_auth_ok(const grpc_metadata_array *md, const char *token)
 {
     if (!token || !*token)

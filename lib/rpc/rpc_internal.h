@@ -13,6 +13,10 @@ void dt__rpc_args_free(grpc_channel_args *args);
 
 /* Constant-time comparison of the "authorization" metadata against "Bearer <token>". */
 int dt__rpc_auth_ok(const grpc_metadata_array *md, const char *token);
+/* Whether to log a refusal of peer now: one line per peer host per 10 s, the rest counted (a
+ * flood of bad calls must not flood the log); dt__rpc_refusals_flush writes the counts. */
+bool dt__rpc_refusal_log_ok(const char *peer);
+void dt__rpc_refusals_flush(void);
 
 grpc_status_code dt__rpc_status_to_grpc(dt_status st);
 dt_status dt__rpc_status_from_grpc(grpc_status_code code);

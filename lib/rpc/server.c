@@ -170,8 +170,9 @@ static void on_new_call(dt_rpc_server *srv, dt_rpc_call *c)
     c->method[mlen] = '\0';
     c->peer = grpc_call_get_peer(c->call);
     if (!dt__rpc_auth_ok(&c->md, srv->token)) {
-        DT_WARN("rpc", "refused %s from %s: missing or wrong cluster token", c->method,
-                c->peer ? c->peer : "?");
+        if (dt__rpc_refusal_log_ok(c->peer))
+            DT_WARN("rpc", "refused %s from %s: missing or wrong cluster token", c->method,
+                    c->peer ? c->peer : "?");
         call_finish(c, GRPC_STATUS_UNAUTHENTICATED,
                     "missing or wrong cluster token: use the token file this daemon was "
                     "started with (--token-file)");
@@ -213,6 +214,7 @@ static void *cq_main(void *arg)
         grpc_event ev = grpc_completion_queue_next(srv->cq, dt__rpc_deadline_ms(1000), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
+        dt__rpc_refusals_flush();
         if (ev.type == GRPC_QUEUE_TIMEOUT)
             continue;
         if (ev.tag == &srv->shutdown_tag) {

@@ -237,8 +237,9 @@ static void on_new(dt_rpc_stream *s, bool ok)
     s->peer = grpc_call_get_peer(s->call);
     atomic_fetch_add(&s->refs, 1); /* the user's */
     if (!dt__rpc_auth_ok(&s->md_in, q->token)) {
-        DT_WARN("rpc", "refused a stream from %s: missing or wrong cluster token",
-                s->peer ? s->peer : "?");
+        if (dt__rpc_refusal_log_ok(s->peer))
+            DT_WARN("rpc", "refused a stream from %s: missing or wrong cluster token",
+                    s->peer ? s->peer : "?");
         atomic_store(&s->released, true);
         server_finish(s, GRPC_STATUS_UNAUTHENTICATED,
                       "missing or wrong cluster token: use the token file this daemon was "
@@ -352,6 +353,7 @@ static void *streamq_main(void *arg)
         }
         if (gpr_time_cmp(gpr_now(GPR_CLOCK_MONOTONIC), next_tick) >= 0) {
             next_tick = dt__rpc_deadline_ms(q->tick_ms);
+            dt__rpc_refusals_flush();
             dt_rpc_stream_event tick = {.type = DT_RPC_STREAM_TICK, .ok = true};
             q->fn(q->ctx, &tick);
         }
