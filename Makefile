@@ -7,6 +7,7 @@
 #   make asan       the same tests under -fsanitize=address,undefined (build in build/asan)
 #   make demo       train the Fashion-MNIST CNN on 2 local daemons
 #   make format     clang-format every C file
+#   make install    binaries, unit, sysusers.d, env example (PREFIX, DESTDIR); make uninstall
 # Options: CUDA=0|1 (default: on when nvcc is found), SANITIZE=address, V=1 (show commands).
 
 VERSION    := 0.4.1
@@ -154,3 +155,5 @@ clean:
 	rm -rf build bin
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+include mk/install.mk
