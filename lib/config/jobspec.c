@@ -286,8 +286,8 @@ static dt_status parse_model(const cJSON *root, const dt_jobspec_roots *roots, d
                           type_name(m));
     DT_TRY(
         dt_jobspec_resolve_read(roots->data_root, m->valuestring, "$.model", &s->model_path, err));
-    dt_status st =
-        dt_file_read_all(s->model_path, DT_MAX_MODEL_JSON, &s->model_json, &s->model_json_len, err);
+    dt_status st = dt_file_read_regular(s->model_path, DT_MAX_MODEL_JSON, &s->model_json,
+                                        &s->model_json_len, err);
     if (st != DT_OK)
         dt_err_prefix(err, "$.model");
     return st;

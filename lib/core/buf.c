@@ -86,12 +86,45 @@ char *dt_buf_steal(dt_buf *b, size_t *len)
     return p;
 }
 
-dt_status dt_file_read_all(const char *path, size_t max, char **out, size_t *len, dt_err *err)
+static const char *file_kind(mode_t m)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (S_ISFIFO(m))
+        return "a FIFO";
+    if (S_ISCHR(m) || S_ISBLK(m))
+        return "a device";
+    if (S_ISDIR(m))
+        return "a directory";
+    if (S_ISSOCK(m))
+        return "a socket";
+    return "not a regular file";
+}
+
+dt_status dt_file_open_regular(const char *path, int *fd, uint64_t *size, dt_err *err)
+{
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (*fd < 0)
         return dt_err_set(err, errno == ENOENT ? DT_ENOENT : DT_EIO, "%s: cannot open: %s", path,
                           strerror(errno));
+    struct stat st;
+    if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        dt_status s = dt_err_set(err, DT_EINVAL, "%s: is %s; give a regular file", path,
+                                 file_kind(st.st_mode));
+        close(*fd);
+        *fd = -1;
+        return s;
+    }
+    int fl = fcntl(*fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (size)
+        *size = (uint64_t)st.st_size;
+    return DT_OK;
+}
+
+/* Reads fd to its end into *out (NUL-terminated); closes fd. */
+static dt_status read_fd_all(int fd, const char *path, size_t max, char **out, size_t *len,
+                             dt_err *err)
+{
     struct stat st;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size > max) {
         close(fd);
@@ -130,6 +163,22 @@ dt_status dt_file_read_all(const char *path, size_t max, char **out, size_t *len
     }
     *out = dt_buf_steal(&b, len);
     return DT_OK;
+}
+
+dt_status dt_file_read_all(const char *path, size_t max, char **out, size_t *len, dt_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dt_err_set(err, errno == ENOENT ? DT_ENOENT : DT_EIO, "%s: cannot open: %s", path,
+                          strerror(errno));
+    return read_fd_all(fd, path, max, out, len, err);
+}
+
+dt_status dt_file_read_regular(const char *path, size_t max, char **out, size_t *len, dt_err *err)
+{
+    int fd;
+    DT_TRY(dt_file_open_regular(path, &fd, NULL, err));
+    return read_fd_all(fd, path, max, out, len, err);
 }
 
 dt_status dt_file_append_line(const char *path, const char *line, dt_err *err)

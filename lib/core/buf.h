@@ -15,6 +15,7 @@
 #include "core/status.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct dt_buf {
     char *data; /* NUL-terminated when non-NULL */
@@ -34,6 +35,15 @@ char *dt_buf_steal(dt_buf *b, size_t *len);
 /* Reads a whole file into *out (malloc'd, NUL-terminated, caller frees) if it is at most max
  * bytes; errors name the path. */
 dt_status dt_file_read_all(const char *path, size_t max, char **out, size_t *len, dt_err *err);
+
+/* Opens path for reading only if it is a regular file, checked with fstat on the descriptor
+ * itself: the open is non-blocking (O_NONBLOCK cleared after), so a FIFO swapped in after an
+ * earlier stat() cannot hang it, and a device or directory is refused before a read. *size is
+ * the file's size. Errors name the path and say what it is instead. For what a job names. */
+dt_status dt_file_open_regular(const char *path, int *fd, uint64_t *size, dt_err *err);
+/* dt_file_read_all of a regular file only (dt_file_open_regular): what a daemon reads for a job.
+ * dt_file_read_all itself also reads pipes, for the CLI's `submit <(generate-spec)`. */
+dt_status dt_file_read_regular(const char *path, size_t max, char **out, size_t *len, dt_err *err);
 
 /* Writes data to path atomically: a temporary file beside it, fsync, rename, fsync of the
  * directory. A crash leaves either the old file or the new one. */

@@ -21,14 +21,17 @@
 #define DT_MAX_SAFETENSORS_HDR  (100u << 20)  /* safetensors JSON header */
 #define DT_MAX_SAFETENSORS_FILE (64ull << 30) /* a whole safetensors file, read into memory */
 #define DT_MAX_DATA_FILE        (4ull << 30)  /* one data file, decoded (IDX, CSV, TFRecord .gz) */
-#define DT_MAX_DATA_FILES       65536         /* files of one data set (after globbing) */
-#define DT_MAX_DATA_FEATURES    256           /* features of one record / CSV columns used */
-#define DT_MAX_CSV_COLUMNS      65536         /* columns of one CSV line */
-#define DT_MAX_CLASSES          65536         /* label histogram ceiling (inspect) */
-#define DT_MAX_NN_LAYERS        4096          /* layers of one Keras model */
-#define DT_MAX_NN_PARAMS        (1ull << 30)  /* weights of one model (floats, 4 GiB) */
-#define DT_MAX_NN_DIM           (1 << 24)     /* one axis of a layer's output */
-#define DT_MAX_WEIGHTS_BYTES    (16ull << 30) /* one exported weights file, fetched in chunks */
-#define DT_EXPORT_CHUNK         (32u << 20)   /* one Export reply's piece of the file */
+/* A .gz data file may declare at most this many times its own size: real data sets inflate
+ * 2-10x, a zero-filled bomb ~1000x (deflate's ceiling is 1032x). */
+#define DT_MAX_GZIP_RATIO    256
+#define DT_MAX_DATA_FILES    65536         /* files of one data set (after globbing) */
+#define DT_MAX_DATA_FEATURES 256           /* features of one record / CSV columns used */
+#define DT_MAX_CSV_COLUMNS   65536         /* columns of one CSV line */
+#define DT_MAX_CLASSES       65536         /* label histogram ceiling (inspect) */
+#define DT_MAX_NN_LAYERS     4096          /* layers of one Keras model */
+#define DT_MAX_NN_PARAMS     (1ull << 30)  /* weights of one model (floats, 4 GiB) */
+#define DT_MAX_NN_DIM        (1 << 24)     /* one axis of a layer's output */
+#define DT_MAX_WEIGHTS_BYTES (16ull << 30) /* one exported weights file, fetched in chunks */
+#define DT_EXPORT_CHUNK      (32u << 20)   /* one Export reply's piece of the file */
 
 #endif

@@ -240,7 +240,7 @@ dt_status dt_csv_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
         uint64_t line = 1;
         free(text);
         text = NULL;
-        DT_TRY_GOTO(dt_file_read_all(path, DT_MAX_DATA_FILE, &text, &len, err), st, fail);
+        DT_TRY_GOTO(dt_file_read_regular(path, DT_MAX_DATA_FILE, &text, &len, err), st, fail);
         if (memchr(text, '\0', len)) {
             st = dt_err_set(err, DT_EINVAL, "%s: byte %zu is NUL: this is not a CSV text file",
                             path, (size_t)((char *)memchr(text, '\0', len) - text));

@@ -3,6 +3,7 @@
  * Layout: 2 zero bytes, a type byte, a rank byte, rank big-endian uint32 dimensions, then the
  * elements, big-endian, row-major. Every size is checked against the header before allocating:
  * the dimension product against DT_MAX_DATA_FILE and, for raw files, against the real size. */
+#include "core/buf.h"
 #include "data/data_internal.h"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 static int idx_elem_size(int type)
@@ -64,21 +66,17 @@ dt_status dt_idx_read(const char *path, dt_idx_header *hdr, uint8_t **data, size
     *data = NULL;
     *len = 0;
 
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return dt_err_set(err, errno == ENOENT ? DT_ENOENT : DT_EIO, "%s: %s", path,
-                          strerror(errno));
+    int fd;
+    uint64_t fsize;
+    DT_TRY(dt_file_open_regular(path, &fd, &fsize, err));
     uint8_t magic2[2] = {0};
-    FILE *probe = fopen(path, "rb");
-    if (!probe)
-        return dt_err_set(err, DT_EIO, "%s: %s", path, strerror(errno));
-    size_t np = fread(magic2, 1, 2, probe);
-    fclose(probe);
+    ssize_t np = pread(fd, magic2, 2, 0);
     hdr->gzip = np == 2 && magic2[0] == 0x1f && magic2[1] == 0x8b;
-
-    gzFile f = gzopen(path, "rb");
-    if (!f)
-        return dt_err_set(err, DT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return dt_err_set(err, DT_ENOMEM, "%s: cannot open: out of memory", path);
+    }
     gzbuffer(f, 1u << 17);
 
     uint8_t head[4];
@@ -116,14 +114,22 @@ dt_status dt_idx_read(const char *path, dt_idx_header *hdr, uint8_t **data, size
                         (unsigned long long)bytes, (unsigned long long)DT_MAX_DATA_FILE);
         goto fail;
     }
-    if (!hdr->gzip && (uint64_t)sb.st_size != hdr_len + bytes) {
+    if (hdr->gzip && bytes / DT_MAX_GZIP_RATIO > fsize) {
+        st = dt_err_set(err, DT_ETOOBIG,
+                        "%s: header declares %llu bytes of data, but a gzip file of %llu bytes "
+                        "inflates to at most %llu (%dx) in this reader: corrupt, or a "
+                        "decompression bomb",
+                        path, (unsigned long long)bytes, (unsigned long long)fsize,
+                        (unsigned long long)fsize * DT_MAX_GZIP_RATIO, DT_MAX_GZIP_RATIO);
+        goto fail;
+    }
+    if (!hdr->gzip && fsize != hdr_len + bytes) {
         st = dt_err_set(err, DT_EIO,
                         "%s: header declares %llu data bytes at byte %llu but the file has %llu "
                         "bytes (expected %llu): %s",
                         path, (unsigned long long)bytes, (unsigned long long)hdr_len,
-                        (unsigned long long)sb.st_size, (unsigned long long)(hdr_len + bytes),
-                        (uint64_t)sb.st_size < hdr_len + bytes ? "the file is truncated"
-                                                               : "trailing bytes");
+                        (unsigned long long)fsize, (unsigned long long)(hdr_len + bytes),
+                        fsize < hdr_len + bytes ? "the file is truncated" : "trailing bytes");
         goto fail;
     }
     /* A gzip'd file's real size is unknown until it is inflated, so grow the buffer as data

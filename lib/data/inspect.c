@@ -4,6 +4,7 @@
  * Detection: gzip by its magic (then the rest on the inflated bytes); IDX by 00 00 TYPE RANK;
  * TFRecord by a valid masked CRC of the first record's length; CSV otherwise. */
 #include "data/data_internal.h"
+#include "core/buf.h"
 #include "core/crc32c.h"
 
 #include "example.pb-c.h"
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 static dt_status info_feature(dt_data_file_info *info, const char *name, const char *path,
@@ -193,7 +195,7 @@ static dt_status inspect_csv(const char *path, const char *label, dt_data_file_i
     dt_buf_init(&row.text, DT_MAX_CSV_LINE);
     bool *numeric = NULL, *integral = NULL;
     dt_status st;
-    DT_TRY_GOTO(dt_file_read_all(path, DT_MAX_DATA_FILE, &text, &len, err), st, out);
+    DT_TRY_GOTO(dt_file_read_regular(path, DT_MAX_DATA_FILE, &text, &len, err), st, out);
     snprintf(info->format, sizeof info->format, "csv");
     if (memchr(text, '\0', len)) {
         st =
@@ -261,7 +263,9 @@ static dt_status inspect_csv(const char *path, const char *label, dt_data_file_i
             double v;
             bool num = dt__csv_parse_num(dt__csv_field(&row, i), &v);
             numeric[i] = numeric[i] && num;
-            integral[i] = integral[i] && num && v == (double)(int64_t)v;
+            /* (int64_t)v is undefined outside int64's range [-2^63, 2^63) */
+            integral[i] =
+                integral[i] && num && v >= -0x1p63 && v < 0x1p63 && v == (double)(int64_t)v;
             if ((int)i == lcol && num && integral[i]) {
                 if (nl == capl) {
                     capl = capl ? 2 * capl : 1024;
@@ -301,10 +305,13 @@ out:
 dt_status dt_data_inspect(const char *path, const char *label, dt_data_file_info *out, dt_err *err)
 {
     memset(out, 0, sizeof *out);
-    gzFile f = gzopen(path, "rb");
-    if (!f)
-        return dt_err_set(err, errno == ENOENT ? DT_ENOENT : DT_EIO, "%s: %s", path,
-                          strerror(errno));
+    int fd;
+    DT_TRY(dt_file_open_regular(path, &fd, NULL, err));
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return dt_err_set(err, DT_ENOMEM, "%s: cannot open: out of memory", path);
+    }
     uint8_t head[12];
     int n = gzread(f, head, sizeof head);
     bool gz = !gzdirect(f);

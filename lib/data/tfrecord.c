@@ -5,6 +5,7 @@
  * bytes of data, uint32 masked CRC-32C of the data. Both CRCs are verified and the length is
  * checked against DT_MAX_TFRECORD before anything is allocated. */
 #include "data/data_internal.h"
+#include "core/buf.h"
 #include "core/crc32c.h"
 
 #include "example.pb-c.h"
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 struct dt_tfrecord_reader {
@@ -48,14 +50,13 @@ void dt_tfrecord_frame(const void *data, size_t len, uint8_t *out)
 dt_status dt_tfrecord_open(const char *path, bool gzip, dt_tfrecord_reader **out, dt_err *err)
 {
     *out = NULL;
-    FILE *probe = fopen(path, "rb");
-    if (!probe)
-        return dt_err_set(err, errno == ENOENT ? DT_ENOENT : DT_EIO, "%s: %s", path,
-                          strerror(errno));
+    int fd;
+    DT_TRY(dt_file_open_regular(path, &fd, NULL, err));
     uint8_t m[2] = {0};
-    size_t nm = fread(m, 1, 2, probe);
-    fclose(probe);
+    ssize_t nm = pread(fd, m, 2, 0);
     bool is_gz = nm == 2 && m[0] == 0x1f && m[1] == 0x8b;
+    if ((gzip && !is_gz && nm > 0) || (!gzip && is_gz))
+        close(fd);
     if (gzip && !is_gz && nm > 0)
         return dt_err_set(err, DT_EINVAL,
                           "%s: \"compression\": \"GZIP\" but the file is not gzip'd (no gzip "
@@ -67,11 +68,13 @@ dt_status dt_tfrecord_open(const char *path, bool gzip, dt_tfrecord_reader **out
     dt_tfrecord_reader *r = calloc(1, sizeof *r);
     if (!r || !(r->path = strdup(path))) {
         free(r);
+        close(fd);
         return dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
     }
-    r->f = gzopen(path, "rb");
+    r->f = gzdopen(fd, "rb");
     if (!r->f) {
-        dt_status st = dt_err_set(err, DT_EIO, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        dt_status st = dt_err_set(err, DT_ENOMEM, "%s: cannot open: out of memory", path);
         dt_tfrecord_close(r);
         return st;
     }

@@ -568,16 +568,9 @@ dt_status dt_st_open(const char *path, dt_st_file **out, dt_err *err)
     dt_status st = DT_OK;
     char *hdr = NULL;
     void *buffer = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_err_set(err, errno == ENOENT ? DT_ENOENT : DT_EIO, "%s: cannot open: %s", path,
-                          strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = dt_err_set(err, DT_EINVAL, "%s: not a regular file", path);
-        goto exit;
-    }
-    uint64_t total = (uint64_t)sb.st_size;
+    int fd;
+    uint64_t total;
+    DT_TRY(dt_file_open_regular(path, &fd, &total, err));
     if (total > DT_MAX_SAFETENSORS_FILE) {
         st = dt_err_set(err, DT_ETOOBIG, "%s: %llu bytes is over the limit of %llu bytes", path,
                         (unsigned long long)total, (unsigned long long)DT_MAX_SAFETENSORS_FILE);

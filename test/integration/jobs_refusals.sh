@@ -39,6 +39,24 @@ expect_refused "$DT_TEST_TMP/symlink.json" '\$\.data\.train' "a symlink out of -
 jobs_spec "$DT_TEST_TMP/ckpt.json" 1 32 ', "checkpoint": {"dir": "../../elsewhere"}'
 expect_refused "$DT_TEST_TMP/ckpt.json" '\$\.checkpoint\.dir' "a checkpoint dir out of --state-dir"
 
+# A FIFO in the data root (a blocking open would hang a pool thread for good; four such took
+# them all) and a model file that is a device: refused at once, several at a time.
+mkfifo "$JOBS_DATA/fifo-idx3-ubyte"
+jobs_spec "$DT_TEST_TMP/fifo.json" 1 32
+sed -i 's#"images": "train-images-idx3-ubyte"#"images": "fifo-idx3-ubyte"#' "$DT_TEST_TMP/fifo.json"
+t0=$(dt__now_ms)
+pids=()
+for i in 1 2 3 4 5; do
+  jc submit "$DT_TEST_TMP/fifo.json" >"$DT_TEST_TMP/fifo$i.out" 2>&1 &
+  pids+=($!)
+done
+wait "${pids[@]}" || true
+for i in 1 2 3 4 5; do
+  dt_assert_contains "$DT_TEST_TMP/fifo$i.out" 'fifo-idx3-ubyte.*FIFO' "a FIFO as data ($i)"
+done
+echo "5 submits naming a FIFO refused within $(ms_since "$t0") ms"
+expect_refused "$DT_TEST_TMP/fifo.json" 'FIFO; give a regular file' "a FIFO as data"
+
 # Nothing was queued, and the daemon still answers.
 dt_assert_contains "$(jc jobs)" "no jobs yet" "nothing queued after refusals"
 "$DT_BIN_DIR/dtrain" cluster --addr "$JOBS_ADDR" --json >/dev/null || dt_fail "the daemon stopped answering"
