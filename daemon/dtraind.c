@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/sdnotify.h"
 #include "service/service.h"
+#include "train/train.h"
 #include "nn/ops.h"
 #include "rpc/rpc.h"
 
@@ -37,9 +38,10 @@ typedef struct daemon_opts {
     int check;
     int json;
     double rendezvous_timeout_s;
-    int threads;            /* OpenBLAS threads of the trainer; 0: the default below */
-    double eval_interval_s; /* the evaluator task's poll interval */
-    int keep_jobs;          /* the chief keeps this many ended jobs; 0: all */
+    int threads;                /* OpenBLAS threads of the trainer; 0: the default below */
+    double eval_interval_s;     /* the evaluator task's poll interval */
+    int keep_jobs;              /* the chief keeps this many ended jobs; 0: all */
+    const char *max_job_memory; /* as given; NULL: half of this host's RAM */
 } daemon_opts;
 
 typedef struct dt_daemon {
@@ -88,11 +90,61 @@ static void usage(FILE *f)
         "                            checkpoint (default 5)\n"
         "  --keep-jobs N             chief: keep the newest N ended jobs, removing older ones\n"
         "                            and their files under --state-dir (default 0: keep all)\n"
+        "  --max-job-memory SIZE     what one job may use per replica (weights, gradients,\n"
+        "                            optimizer, activations, data), estimated at submit; jobs\n"
+        "                            being validated share it too: 512M, 8G, 1T or \"none\"\n"
+        "                            (default: half of this host's RAM)\n"
         "  --log-level LEVEL         error|warn|info|debug|trace (default info; or DT_LOG)\n"
         "  --check                   validate the configuration, print the resolved task, exit\n"
         "  --json                    with --check: print JSON\n"
         "  --version, --help\n\n"
         "Exit status: 0 clean shutdown, 1 runtime failure, 2 bad usage or configuration.\n");
+}
+
+/* "512M", "8G", "1T", a byte count, or "none" (0). */
+static int parse_size(const char *s, uint64_t *out)
+{
+    if (strcmp(s, "none") == 0) {
+        *out = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    int shift = 0;
+    switch (*end) {
+    case 'K':
+    case 'k':
+        shift = 10;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        shift = 20;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        shift = 30;
+        end++;
+        break;
+    case 'T':
+    case 't':
+        shift = 40;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (*end == 'i' && shift)
+        end++;
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (end == s || *end || errno || !(v > 0) || v * (double)(1ull << shift) > 1e18 ||
+        v * (double)(1ull << shift) < (double)(16u << 20))
+        return -1;
+    *out = (uint64_t)(v * (double)(1ull << shift));
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, daemon_opts *o)
@@ -112,6 +164,7 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
         OPT_THREADS,
         OPT_EVAL_INTERVAL,
         OPT_KEEP_JOBS,
+        OPT_MAX_MEM,
         OPT_LOG,
         OPT_CHECK,
         OPT_JSON,
@@ -133,6 +186,7 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
         {"threads", required_argument, NULL, OPT_THREADS},
         {"eval-interval", required_argument, NULL, OPT_EVAL_INTERVAL},
         {"keep-jobs", required_argument, NULL, OPT_KEEP_JOBS},
+        {"max-job-memory", required_argument, NULL, OPT_MAX_MEM},
         {"log-level", required_argument, NULL, OPT_LOG},
         {"check", no_argument, NULL, OPT_CHECK},
         {"json", no_argument, NULL, OPT_JSON},
@@ -215,6 +269,18 @@ static int parse_args(int argc, char **argv, daemon_opts *o)
                 return 2;
             }
             o->keep_jobs = (int)n;
+            break;
+        }
+        case OPT_MAX_MEM: {
+            uint64_t b;
+            if (parse_size(optarg, &b) != 0) {
+                fprintf(stderr,
+                        "dtraind: --max-job-memory %s: give a size such as 512M, 8G or 1T "
+                        "(binary units, at least 16M), or \"none\"\n",
+                        optarg);
+                return 2;
+            }
+            o->max_job_memory = optarg;
             break;
         }
         case OPT_LOG: {
@@ -630,6 +696,24 @@ static void set_threads(const daemon_opts *o)
     DT_INFO("daemon", "trainer: %d compute thread%s (--threads)", n, n == 1 ? "" : "s");
 }
 
+static void set_memory_limit(const daemon_opts *o)
+{
+    uint64_t b = 0;
+    if (o->max_job_memory) {
+        parse_size(o->max_job_memory, &b);
+    } else {
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && psz > 0)
+            b = (uint64_t)pages * (uint64_t)psz / 2;
+    }
+    dt_train_set_memory_limit(b);
+    if (b)
+        DT_INFO("daemon", "a job may use %.1f GiB per replica (--max-job-memory)",
+                (double)b / (1u << 30));
+    else
+        DT_INFO("daemon", "jobs have no memory limit (--max-job-memory none)");
+}
+
 int main(int argc, char **argv)
 {
     dt_log_init();
@@ -642,8 +726,10 @@ int main(int argc, char **argv)
     rc = load_spec(&d);
     if (rc < 0)
         rc = setup_tls(&d);
-    if (rc < 0 && !d.o.check)
+    if (rc < 0 && !d.o.check) {
         set_threads(&d.o);
+        set_memory_limit(&d.o);
+    }
     if (rc < 0)
         rc = d.o.check ? print_check(&d) : run(&d);
     dt_tfconfig_destroy(&d.spec);

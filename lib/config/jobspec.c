@@ -724,7 +724,7 @@ dt_status dt_jobspec_parse_file(const char *path, const dt_jobspec_roots *roots,
     dt_status st = dt_jobspec_parse(text, len, roots, out, err);
     free(text);
     if (st != DT_OK)
-        dt_err_prefix(err, "%s: ", path);
+        dt_err_prefix(err, "%s", path);
     return st;
 }
 

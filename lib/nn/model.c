@@ -133,6 +133,26 @@ static dt_status reserve(dt_model *m, int n, dt_err *err)
     return DT_OK;
 }
 
+uint64_t dt_model_batch_bytes(const dt_model *m, int n)
+{
+    uint64_t bytes = 0, col = 0;
+    for (int i = 0; i < m->g.n; i++) {
+        const dt__nn_layer *l = &m->g.layers[i];
+        if (l->alias)
+            continue;
+        uint64_t sz = (uint64_t)n * dt__nn_shape_size(&l->out) * sizeof(float);
+        bytes += sz;
+        if (i > 0)
+            bytes += sz;
+        if (has_fused_act(l) && l->act.kind != DT_NN_ACT_LINEAR && !l->act_to_consumer)
+            bytes += sz;
+        bytes += (uint64_t)n * l->aux_bytes + l->stat_floats * sizeof(float);
+        col = l->col_floats > col ? l->col_floats : col;
+    }
+    uint64_t out = dt_model_output_size(m);
+    return bytes + (uint64_t)n * (col * sizeof(float) + sizeof(int32_t) + 2 * out * sizeof(float));
+}
+
 /* Dense or Conv2D with a plain relu feeding only a max pool: the pool applies the relu. */
 static void fuse_relu_pool(dt__nn_graph *g)
 {
@@ -155,7 +175,7 @@ static void fuse_relu_pool(dt__nn_graph *g)
     }
 }
 
-static dt_status build(dt_model *m, uint64_t seed, dt_err *err)
+static dt_status build(dt_model *m, uint64_t seed, uint64_t max_bytes, dt_err *err)
 {
     dt__nn_graph *g = &m->g;
     size_t np = 0, ns = 0, nw = 0;
@@ -184,6 +204,14 @@ static dt_status build(dt_model *m, uint64_t seed, dt_err *err)
             return dt__nn_layer_err(l, DT_ETOOBIG, err,
                                     "the model passes the limit of %llu weights",
                                     (unsigned long long)DT_MAX_NN_PARAMS);
+        uint64_t need = (2 * (uint64_t)np + ns) * sizeof(float);
+        if (max_bytes && need > max_bytes)
+            return dt__nn_layer_err(l, DT_ETOOBIG, err,
+                                    "up to this layer the model has %zu weights: %.2f GiB with "
+                                    "their gradients, over the %.2f GiB a job may use here "
+                                    "(dtraind --max-job-memory); make the layer smaller",
+                                    np + ns, (double)need / (1 << 30),
+                                    (double)max_bytes / (1 << 30));
     }
     fuse_relu_pool(g);
     const dt_nn_ops *o = m->ops;
@@ -259,7 +287,7 @@ dt_status dt_model_from_json(const char *json, size_t len, const dt_model_opts *
     }
     m->ops = (opts && opts->ops) ? opts->ops : dt_nn_ops_cpu();
     DT_TRY_GOTO(dt__nn_keras_parse(root_j, &m->g, err), st, fail);
-    DT_TRY_GOTO(build(m, opts ? opts->seed : 0, err), st, fail);
+    DT_TRY_GOTO(build(m, opts ? opts->seed : 0, opts ? opts->max_bytes : 0, err), st, fail);
     cJSON_Delete(root_j);
     *out = m;
     return DT_OK;

@@ -39,6 +39,9 @@ typedef struct dt_model dt_model;
 typedef struct dt_model_opts {
     uint64_t seed;        /* initializers and dropout masks */
     const dt_nn_ops *ops; /* NULL: dt_nn_ops_cpu() */
+    /* Refuse (DT_ETOOBIG, naming the layer) before allocating anything when the weights and
+     * their gradients pass this many bytes; 0: no limit. A daemon's --max-job-memory. */
+    uint64_t max_bytes;
 } dt_model_opts;
 
 /* One weight of the model, as Keras names and shapes it. */
@@ -84,6 +87,10 @@ bool dt_model_is_sequential(const dt_model *m);
 const dt_nn_ops *dt_model_ops(const dt_model *m);
 /* The dropout stream: save and restore it with checkpoints to replay masks. */
 dt_rng *dt_model_rng(dt_model *m);
+
+/* Bytes of the activation buffers (outputs, their gradients, per-sample scratch, im2col) a
+ * batch of n needs: what the first step of that batch size allocates. No allocation. */
+uint64_t dt_model_batch_bytes(const dt_model *m, int n);
 
 size_t dt_model_layer_count(const dt_model *m);
 /* Row i of the summary (0 <= i < count); pointers stay valid while the model lives. */

@@ -171,6 +171,37 @@ dt_status dt_optim_cfg_from_json(const cJSON *spec, dt_optim_cfg *out, dt_err *e
     return DT_OK;
 }
 
+/* The slots cfg keeps per weight, named as Keras names them; returns how many. */
+static size_t slot_names(const dt_optim_cfg *cfg, const char **names)
+{
+    size_t n = 0;
+    switch (cfg->kind) {
+    case DT_OPTIM_SGD:
+        if (cfg->momentum > 0)
+            names[n++] = "momentum";
+        break;
+    case DT_OPTIM_ADAM:
+    case DT_OPTIM_ADAMW:
+        names[n++] = "momentum";
+        names[n++] = "velocity";
+        break;
+    case DT_OPTIM_RMSPROP:
+        names[n++] = "velocity";
+        if (cfg->momentum > 0)
+            names[n++] = "momentum";
+        if (cfg->centered)
+            names[n++] = "average_gradient";
+        break;
+    }
+    return n;
+}
+
+size_t dt_optim_cfg_slots(const dt_optim_cfg *cfg)
+{
+    const char *names[4];
+    return slot_names(cfg, names);
+}
+
 dt_status dt_optim_new(const dt_optim_cfg *cfg, dt_model *m, dt_optim **out, dt_err *err)
 {
     *out = NULL;
@@ -179,24 +210,7 @@ dt_status dt_optim_new(const dt_optim_cfg *cfg, dt_model *m, dt_optim **out, dt_
         return dt_err_set(err, DT_ENOMEM, "optimizer: out of memory");
     o->cfg = *cfg;
     o->m = m;
-    switch (cfg->kind) {
-    case DT_OPTIM_SGD:
-        if (cfg->momentum > 0)
-            o->slot_name[o->n_slots++] = "momentum";
-        break;
-    case DT_OPTIM_ADAM:
-    case DT_OPTIM_ADAMW:
-        o->slot_name[o->n_slots++] = "momentum";
-        o->slot_name[o->n_slots++] = "velocity";
-        break;
-    case DT_OPTIM_RMSPROP:
-        o->slot_name[o->n_slots++] = "velocity";
-        if (cfg->momentum > 0)
-            o->slot_name[o->n_slots++] = "momentum";
-        if (cfg->centered)
-            o->slot_name[o->n_slots++] = "average_gradient";
-        break;
-    }
+    o->n_slots = slot_names(cfg, o->slot_name);
     size_t n;
     dt_model_params(m, &n);
     const dt_nn_ops *ops = dt_model_ops(m);

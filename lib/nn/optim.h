@@ -51,6 +51,9 @@ dt_status dt_optim_cfg_from_json(const cJSON *spec, dt_optim_cfg *out, dt_err *e
 
 typedef struct dt_optim dt_optim;
 
+/* Slot buffers cfg keeps, each the size of the params buffer (before allocating them). */
+size_t dt_optim_cfg_slots(const dt_optim_cfg *cfg);
+
 /* Allocates the slots (zeroed) on the model's backend. */
 dt_status dt_optim_new(const dt_optim_cfg *cfg, dt_model *m, dt_optim **out, dt_err *err);
 void dt_optim_free(dt_optim *o);

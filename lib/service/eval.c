@@ -120,7 +120,7 @@ static dt_status evaluate(evaluator *e, const char *id, bool final, const char *
     dt_jobspec spec;
     dt_jobspec_roots roots = {.data_root = e->o->data_root, .state_dir = e->o->state_dir};
     if (dt_jobspec_parse(x->spec_json, strlen(x->spec_json), &roots, &spec, err) != DT_OK) {
-        dt_err_prefix(err, "job %s: its spec does not resolve on this host (--data-root %s): ", id,
+        dt_err_prefix(err, "job %s: its spec does not resolve on this host (--data-root %s)", id,
                       e->o->data_root ? e->o->data_root : "/");
         return DT_EINVAL;
     }
@@ -143,7 +143,7 @@ static dt_status evaluate(evaluator *e, const char *id, bool final, const char *
                     res.examples, (double)(dt_now_ms() - t0) / 1000.0);
             st = record(e, dir, x, id, final, &res, err);
         } else if (st != DT_ENOMEM && st != DT_EIO) {
-            dt_err_prefix(err, "job %s: ", id);
+            dt_err_prefix(err, "job %s", id);
             st = DT_EINVAL;
         }
     }

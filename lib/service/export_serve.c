@@ -97,7 +97,7 @@ static dt_status convert(int src_fd, const char *source_path, const char *cache_
     dt_status st = dt_train_export(from, tmp, err);
     if (st != DT_OK) {
         unlink(tmp);
-        return dt_err_prefix(err, "%s: ", source_path);
+        return dt_err_prefix(err, "%s", source_path);
     }
     if (rename(tmp, dst) != 0) {
         int e = errno;

@@ -33,10 +33,10 @@ dt_status dt__train_build(const dt_jobspec *spec, const dt_nn_ops *ops, uint64_t
     *m = NULL;
     if (!spec->model_json)
         return dt_err_set(err, DT_EINVAL, "$.model: missing");
-    dt_model_opts mo = {.seed = seed, .ops = ops};
+    dt_model_opts mo = {.seed = seed, .ops = ops, .max_bytes = dt_train_memory_limit()};
     dt_status st = dt_model_from_json(spec->model_json, spec->model_json_len, &mo, m, err);
     if (st != DT_OK) {
-        dt_err_prefix(err, "$.model%s%s: ", spec->model_path ? " " : "",
+        dt_err_prefix(err, "$.model%s%s", spec->model_path ? " " : "",
                       spec->model_path ? spec->model_path : "");
         return st;
     }
@@ -197,14 +197,30 @@ dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err 
         return dt_err_set(err, DT_ENOTSUP,
                           "$.strategy.communication: \"NCCL\" needs a CUDA build with GPUs, "
                           "which this dtrain is not; use \"AUTO\" or \"RING\"");
+    uint64_t held = 0;
     DT_TRY(dt__train_build(spec, NULL, 0, &m, &loss, &cfg, err));
+    DT_TRY_GOTO(dt__train_data_spec(spec, &ds, err), st, fail);
+    /* Estimate before loading anything big: the batch is the global one, since the world the
+     * job will run on is not known here (an over-estimate on several replicas). */
+    dt_train_mem mem = {.batch = spec->batch_size};
+    size_t np, ns;
+    dt_model_param_counts(m, NULL, &np, &ns);
+    mem.weights = (uint64_t)(np + ns) * sizeof(float);
+    mem.gradients = (uint64_t)np * sizeof(float);
+    mem.slots = (uint64_t)dt_optim_cfg_slots(&cfg) * np * sizeof(float);
+    mem.activations = dt_model_batch_bytes(m, spec->batch_size);
+    mem.data = dt__train_source_bytes(&ds.train) +
+               (ds.has_validation ? dt__train_source_bytes(&ds.validation) : 0);
+    mem.total = mem.weights + mem.gradients + mem.slots + mem.activations + mem.data;
+    DT_TRY_GOTO(dt__train_mem_check(&mem, err), st, fail);
+    DT_TRY_GOTO(dt__train_mem_reserve(mem.total, err), st, fail);
+    held = mem.total;
     DT_TRY_GOTO(dt_optim_new(&cfg, m, &opt, err), st, fail);
     if (spec->initial_weights &&
         (st = dt_train_load_weights(m, NULL, spec->initial_weights, err)) != DT_OK) {
         dt_err_prefix(err, "$.initial_weights");
         goto fail;
     }
-    DT_TRY_GOTO(dt__train_data_spec(spec, &ds, err), st, fail);
     if ((st = dt_dataset_load(&ds.train, &tr, err)) != DT_OK) {
         dt_err_prefix(err, "$.data.train");
         goto fail;
@@ -236,6 +252,7 @@ fail:
     dt_data_spec_destroy(&ds);
     dt_optim_free(opt);
     dt_model_free(m);
+    dt__train_mem_release(held);
     return st;
 }
 

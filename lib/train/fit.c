@@ -219,7 +219,7 @@ static dt_status open_pipeline(dt_trainer *t, const dt_dataset *ds, bool train, 
     o.prefetch = t->opts.prefetch;
     dt_status st = dt_pipeline_new(ds, &o, out, err);
     if (st != DT_OK)
-        dt_err_prefix(err, "%s: ", train ? "$.data.train" : "$.data.validation");
+        dt_err_prefix(err, "%s", train ? "$.data.train" : "$.data.validation");
     return st;
 }
 

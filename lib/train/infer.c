@@ -46,7 +46,7 @@ static dt_status session_open(const dt_jobspec *spec, const char *weights, const
     DT_TRY_GOTO(dt_train_load_weights(s->m, NULL, weights, err), st, fail);
     DT_TRY_GOTO(dt__train_source(spec, data, jp, &s->src, err), st, fail);
     if ((st = dt_dataset_load(&s->src, &s->ds, err)) != DT_OK) {
-        dt_err_prefix(err, "%s: ", jp);
+        dt_err_prefix(err, "%s", jp);
         goto fail;
     }
     DT_TRY_GOTO(dt__train_check_data(s->m, &s->loss, s->ds, jp, need_labels, err), st, fail);

@@ -204,6 +204,14 @@ typedef struct dt_trainer dt_trainer;
 
 dt_train_opts dt_train_opts_default(void);
 
+/* What one job may use per replica (dtraind --max-job-memory; 0, the default, is no limit).
+ * Building a model refuses weights past it before allocating them; validation estimates the
+ * weights, gradients, optimizer slots, the activations of a batch and the data files before it
+ * loads the data, and refuses a job over it with the estimate. Validations running at once
+ * share it as one budget. Set once before threads start. */
+void dt_train_set_memory_limit(uint64_t bytes);
+uint64_t dt_train_memory_limit(void);
+
 /* Submit-time check of everything a run needs: builds the model (from spec->model_json), the
  * optimizer and the loss; parses the data spec (under the data root; files exist, inside the
  * root), loads the splits and checks them against the model (input shape up to axes of 1,

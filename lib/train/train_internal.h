@@ -7,6 +7,19 @@
 #include "nn/optim.h"
 #include "train/train.h"
 
+/* memory.c: a job's estimated bytes per replica, checked against dt_train_memory_limit. */
+typedef struct dt_train_mem {
+    uint64_t weights, gradients, slots, activations, data, total;
+    int batch;
+} dt_train_mem;
+/* Bytes of a data source's files as they are on disk (a lower bound for .gz). */
+uint64_t dt__train_source_bytes(const dt_data_source *s);
+/* DT_ETOOBIG with the breakdown when m->total passes the limit. */
+dt_status dt__train_mem_check(const dt_train_mem *m, dt_err *err);
+/* Holds bytes of the budget validations share (waits up to 30 s for room; DT_ENOMEM then). */
+dt_status dt__train_mem_reserve(uint64_t bytes, dt_err *err);
+void dt__train_mem_release(uint64_t bytes);
+
 /* Builds the spec's model (seeded), its loss and (if cfg is not NULL) the optimizer config.
  * Errors name $.model / $.compile.*. */
 dt_status dt__train_build(const dt_jobspec *spec, const dt_nn_ops *ops, uint64_t seed, dt_model **m,

@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
 jobs_data
-jobs_daemons 1 ref
+jobs_daemons 1 ref --max-job-memory 256M
 
 # expect_refused FILE PATTERN WHAT: submit FILE, want exit 2 and PATTERN on stderr.
 expect_refused() {
@@ -56,6 +56,21 @@ for i in 1 2 3 4 5; do
 done
 echo "5 submits naming a FIFO refused within $(ms_since "$t0") ms"
 expect_refused "$DT_TEST_TMP/fifo.json" 'FIFO; give a regular file' "a FIFO as data"
+
+# Memory bombs: a Dense layer of 10^6 units (64M outputs a sample: ~47 GiB for a batch) and a
+# Conv2D of 10^6 filters, against --max-job-memory 256M: refused at submit with the estimate,
+# the daemon's peak memory far below what either would take.
+jobs_spec "$DT_TEST_TMP/dense.json" 1 32
+sed -i 's#"name": "hidden", "units": 16#"name": "hidden", "units": 1000000#; s#"Flatten", "config": {"name": "flat"}#"Reshape", "config": {"name": "flat", "target_shape": [6, 6, 4]}#' "$DT_TEST_TMP/dense.json"
+expect_refused "$DT_TEST_TMP/dense.json" '\$\.fit\.batch_size: the job needs about [0-9.]+ GiB per replica .*--max-job-memory' \
+  "a Dense layer of 10^6 units"
+jobs_spec "$DT_TEST_TMP/conv.json" 1 32
+sed -i 's#"name": "conv", "filters": 4#"name": "conv", "filters": 1000000#; s#"Flatten", "config": {"name": "flat"}#"GlobalAveragePooling2D", "config": {"name": "flat"}#' "$DT_TEST_TMP/conv.json"
+expect_refused "$DT_TEST_TMP/conv.json" "layer 'conv' \(Conv2D\).*--max-job-memory|needs about" \
+  "a Conv2D of 10^6 filters"
+rss=$(awk '/VmHWM/ {print $2}' "/proc/$(dt_daemon_pid ref-w0)/status")
+echo "after the memory bombs the daemon's peak RSS is $((rss / 1024)) MiB"
+((rss < 400 * 1024)) || dt_fail "the daemon's peak RSS reached $((rss / 1024)) MiB"
 
 # Nothing was queued, and the daemon still answers.
 dt_assert_contains "$(jc jobs)" "no jobs yet" "nothing queued after refusals"
