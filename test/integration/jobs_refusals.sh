@@ -59,7 +59,7 @@ expect_refused "$DT_TEST_TMP/fifo.json" 'FIFO; give a regular file' "a FIFO as d
 
 # Memory bombs: a Dense layer of 10^6 units (64M outputs a sample: ~47 GiB for a batch) and a
 # Conv2D of 10^6 filters, against --max-job-memory 256M: refused at submit with the estimate,
-# the daemon's peak memory far below what either would take.
+# the daemon's peak memory far below the ~13 GiB either would take (under 1 GiB, ASan too).
 jobs_spec "$DT_TEST_TMP/dense.json" 1 32
 sed -i 's#"name": "hidden", "units": 16#"name": "hidden", "units": 1000000#; s#"Flatten", "config": {"name": "flat"}#"Reshape", "config": {"name": "flat", "target_shape": [6, 6, 4]}#' "$DT_TEST_TMP/dense.json"
 expect_refused "$DT_TEST_TMP/dense.json" '\$\.fit\.batch_size: the job needs about [0-9.]+ GiB per replica .*--max-job-memory' \
@@ -70,7 +70,7 @@ expect_refused "$DT_TEST_TMP/conv.json" "layer 'conv' \(Conv2D\).*--max-job-memo
   "a Conv2D of 10^6 filters"
 rss=$(awk '/VmHWM/ {print $2}' "/proc/$(dt_daemon_pid ref-w0)/status")
 echo "after the memory bombs the daemon's peak RSS is $((rss / 1024)) MiB"
-((rss < 400 * 1024)) || dt_fail "the daemon's peak RSS reached $((rss / 1024)) MiB"
+((rss < 1024 * 1024)) || dt_fail "the daemon's peak RSS reached $((rss / 1024)) MiB"
 
 # Nothing was queued, and the daemon still answers.
 dt_assert_contains "$(jc jobs)" "no jobs yet" "nothing queued after refusals"
