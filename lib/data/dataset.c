@@ -80,6 +80,8 @@ dt_status dt__fvec_push(dt__fvec *a, const float *src, size_t n, const char *wha
         a->v = v;
         a->cap = cap;
     }
+    if (n == 0) /* rows of no values (a feature empty in the first record): v may be NULL */
+        return DT_OK;
     memcpy(a->v + a->len, src, n * sizeof(float));
     a->len += n;
     return DT_OK;

@@ -213,6 +213,12 @@ static dt_status build(dt_model *m, uint64_t seed, uint64_t max_bytes, dt_err *e
                                     np + ns, (double)need / (1 << 30),
                                     (double)max_bytes / (1 << 30));
     }
+    /* The loss and backward need a layer that computes: an output that is the input (or a
+     * Flatten / Reshape view of it) has no gradient buffer, and a step would write through NULL. */
+    if (root(m, &g->layers[g->output]) == &g->layers[0])
+        return dt_err_set(err, DT_EINVAL,
+                          "model: its output is its input (nothing is computed after the "
+                          "InputLayer); add the model's layers");
     fuse_relu_pool(g);
     const dt_nn_ops *o = m->ops;
     m->n_params = np;

@@ -52,6 +52,10 @@ static dt_status session_open(const dt_jobspec *spec, const char *weights, const
     DT_TRY_GOTO(dt__train_check_data(s->m, &s->loss, s->ds, jp, need_labels, err), st, fail);
     dt_pipeline_opts o = dt_pipeline_opts_default();
     o.global_batch = batch > 0 ? batch : spec->batch_size > 0 ? spec->batch_size : 32;
+    /* A batch over the data set (Jobs.Evaluate / Predict take it off the wire) would only make
+     * the pipeline allocate that many rows per slot: ds->n rows are all there is. */
+    if ((size_t)o.global_batch > s->ds->n)
+        o.global_batch = (int)s->ds->n;
     o.num_replicas = 1;
     o.replica_rank = 0;
     o.policy = DT_SHARD_OFF;

@@ -131,3 +131,24 @@ DT_TEST(data_csv_bad_rows_are_clear_errors)
     free(long_row);
     free(files[0]);
 }
+
+/* fuzz/csv found it: `data inspect` cast every number to int64 to see whether it is integral,
+ * undefined (UBSan: float-cast-overflow) for 1e300 or 2^63. Numbers outside int64 are float32
+ * columns, and such labels stay out of the histogram. */
+DT_TEST(data_inspect_csv_numbers_outside_int64)
+{
+    dt_err err = {0};
+    char *path = write_tmp("big.csv", "a,b,c,label\n"
+                                      "1e300,9000000000000000000,-9223372036854775808,1\n"
+                                      "2,9223372036854775808,0,9e300\n");
+    dt_data_file_info info;
+    ASSERT_OK(dt_data_inspect(path, "", &info, &err), &err);
+    ASSERT_EQ(info.records, 2);
+    ASSERT_STREQ(info.features[0].dtype, "float32");
+    ASSERT_STREQ(info.features[1].dtype, "float32"); /* 2^63 is one past int64's top */
+    ASSERT_STREQ(info.features[2].dtype, "int64");   /* -2^63 is int64's bottom */
+    ASSERT_STREQ(info.features[3].dtype, "float32");
+    ASSERT_EQ(info.nlabel_hist, 0);
+    dt_data_file_info_destroy(&info);
+    free(path);
+}

@@ -292,6 +292,59 @@ DT_TEST(data_tfrecord_example_type_errors)
     free(path);
 }
 
+/* fuzz/example found it: a feature declared without a shape whose first record holds no
+ * values gives rows of 0 floats, and pushing them did pointer arithmetic on NULL (UBSan). Such
+ * a data set loads with x_size 0 (the model's input check refuses it later). */
+DT_TEST(data_tfrecord_feature_empty_in_the_first_record)
+{
+    dt_err err = {0};
+    char *path = tmp("e.tfrecord");
+    dt_buf b;
+    dt_buf_init(&b, 1 << 20);
+    for (int i = 0; i < 2; i++) {
+        Tensorflow__FloatList fl = TENSORFLOW__FLOAT_LIST__INIT; /* no values */
+        int64_t lv = i;
+        Tensorflow__Int64List ll = TENSORFLOW__INT64_LIST__INIT;
+        ll.n_value = 1;
+        ll.value = &lv;
+        Tensorflow__Feature fx = TENSORFLOW__FEATURE__INIT, flab = TENSORFLOW__FEATURE__INIT;
+        fx.kind_case = TENSORFLOW__FEATURE__KIND_FLOAT_LIST;
+        fx.float_list = &fl;
+        flab.kind_case = TENSORFLOW__FEATURE__KIND_INT64_LIST;
+        flab.int64_list = &ll;
+        Tensorflow__Features__FeatureEntry e[2] = {TENSORFLOW__FEATURES__FEATURE_ENTRY__INIT,
+                                                   TENSORFLOW__FEATURES__FEATURE_ENTRY__INIT};
+        e[0].key = "x";
+        e[0].value = &fx;
+        e[1].key = "label";
+        e[1].value = &flab;
+        Tensorflow__Features__FeatureEntry *ep[2] = {&e[0], &e[1]};
+        Tensorflow__Features fs = TENSORFLOW__FEATURES__INIT;
+        fs.n_feature = 2;
+        fs.feature = ep;
+        Tensorflow__Example ex = TENSORFLOW__EXAMPLE__INIT;
+        ex.features = &fs;
+        uint8_t rec[256], fr[256 + 16];
+        size_t len = tensorflow__example__pack(&ex, rec);
+        dt_tfrecord_frame(rec, len, fr);
+        ASSERT_OK(dt_buf_append(&b, fr, len + 16, &err), &err);
+    }
+    ASSERT_OK(dt_file_write_atomic(path, b.data, b.len, &err), &err);
+    dt_buf_destroy(&b);
+    char *files[1] = {path};
+    dt_data_source src;
+    spec_for(&src, files, 1, false);
+    src.features[1] = src.features[2]; /* x (no shape) and the label */
+    src.nfeatures = 2;
+    dt_dataset *ds = NULL;
+    ASSERT_OK(dt_tfrecord_load(&src, &ds, &err), &err);
+    ASSERT_EQ(ds->n, 2);
+    ASSERT_EQ(ds->x_size, 0);
+    ASSERT_EQ(ds->y_i32[1], 1);
+    dt_dataset_free(ds);
+    free(path);
+}
+
 DT_TEST(data_inspect_detects_formats_and_features)
 {
     dt_err err = {0};

@@ -267,6 +267,36 @@ DT_TEST(nn_keras_refuses_bad_graphs)
             DT_EINVAL, "'c'", "does not fit", NULL);
 }
 
+/* fuzz/keras found it: a model whose output is its input (an InputLayer alone, or only a
+ * Flatten / Reshape of it) built, and its first training step wrote the loss gradient through
+ * NULL (SIGSEGV in the trainer, so in dtraind). It is refused when built. */
+DT_TEST(nn_keras_refuses_output_that_is_the_input)
+{
+    refused(nn_seq("3", NULL), DT_EINVAL, "output is its input", "InputLayer", NULL);
+    refused(nn_seq("3, 1", "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}}", NULL),
+            DT_EINVAL, "output is its input", NULL, NULL);
+    refused(nn_seq("4",
+                   "{\"class_name\": \"Reshape\", \"config\": {\"name\": \"r\", "
+                   "\"target_shape\": [2, 2]}}",
+                   NULL),
+            DT_EINVAL, "output is its input", NULL, NULL);
+    /* a layer that computes after the view is fine */
+    dt_model *m = NULL;
+    dt_err err = {0};
+    ASSERT_OK(
+        load(nn_seq("3, 1", "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}}",
+                    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 2}}",
+                    NULL),
+             &m, &err),
+        &err);
+    float x[6] = {1, 2, 3, 4, 5, 6}, y[4] = {0};
+    dt_loss loss = {.kind = DT_NN_LOSS_MSE};
+    dt_model_batch b = {.x = x, .targets = y, .n = 2};
+    dt_step_stats st;
+    ASSERT_OK(dt_model_train_step(m, &loss, &b, 2, &st, &err), &err);
+    dt_model_free(m);
+}
+
 DT_TEST(nn_keras_bad_input)
 {
     const char *good = nn_seq("4", "{\"class_name\": \"Dense\", \"config\": {\"units\": 2}}", NULL);

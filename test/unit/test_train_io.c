@@ -180,6 +180,30 @@ DT_TEST(train_export_evaluate_predict)
     dt_jobspec_destroy(&spec);
 }
 
+/* fuzz/rpc found it: Jobs.Evaluate and Jobs.Predict pass the request's batch_size to the
+ * pipeline, which allocated that many rows per slot (805306367 rows: a malloc of gigabytes, or
+ * DT_ENOMEM). A batch over the data set is the data set. */
+DT_TEST(train_evaluate_predict_batch_over_data_set)
+{
+    tt_setup(64, 40);
+    dt_jobspec spec;
+    tt_parse(tt_spec(1, 32, "\"sgd\"", ""), &spec);
+    const char *final = train_one(&spec);
+    dt_err err = {0};
+    dt_train_eval_result small, huge;
+    ASSERT_OK(dt_train_evaluate(&spec, final, NULL, 8, &small, &err), &err);
+    ASSERT_OK(dt_train_evaluate(&spec, final, NULL, 805306367, &huge, &err), &err);
+    ASSERT_EQ(huge.examples, 40);
+    ASSERT_NEAR(huge.loss, small.loss, 1e-5 * (fabs(small.loss) + 1));
+    ASSERT_NEAR(huge.accuracy, small.accuracy, 0);
+    char npy[1100];
+    snprintf(npy, sizeof npy, "%s/pred.npy", dt_test_tmpdir());
+    size_t n = 0;
+    ASSERT_OK(dt_train_predict(&spec, final, NULL, 805306367, npy, &n, &err), &err);
+    ASSERT_EQ(n, 40);
+    dt_jobspec_destroy(&spec);
+}
+
 DT_TEST(train_weights_files)
 {
     tt_setup(64, 16);
