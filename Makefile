@@ -8,6 +8,7 @@
 #   make demo       train the Fashion-MNIST CNN on 2 local daemons
 #   make format     clang-format every C file
 #   make install    binaries, unit, sysusers.d, env example (PREFIX, DESTDIR); make uninstall
+#   make fuzz       libFuzzer targets (clang, ASan + UBSan), one per parser, FUZZ_S=N seconds each
 # Options: CUDA=0|1 (default: on when nvcc is found), SANITIZE=address, V=1 (show commands).
 
 VERSION    := 0.4.1
@@ -156,4 +157,5 @@ clean:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
+include fuzz/fuzz.mk
 include mk/install.mk

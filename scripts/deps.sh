@@ -13,6 +13,7 @@ PKGS=(
   python3-torch                                       # PyTorch reference of the nn parity tests and bench
   openmpi-bin libopenmpi-dev                          # MPI_Allreduce peer of scripts/bench/allreduce-vs-peers.sh
   openssl                                             # scripts/gen-tls.sh (TLS certificates)
+  clang libclang-rt-14-dev                            # make fuzz: clang, libFuzzer and the sanitizers
 )
 
 missing=()
