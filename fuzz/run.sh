@@ -12,9 +12,10 @@ cd "$(dirname "$0")/.."
 secs=${1:?usage: run.sh SECONDS NAME...}
 shift
 dir=${FUZZ_DIR:-build/fuzz}
-jobs=${FUZZ_JOBS:-2}
+[[ $dir == /* ]] || dir=$PWD/$dir
+parallel=${FUZZ_JOBS:-2} # the machine has 2 cores
 
-# Longest input worth trying per parser (bytes), and extra libFuzzer flags.
+# The longest input worth trying per parser, in bytes.
 max_len() {
     case "$1" in
     keras | jobspec) echo 16384 ;;
@@ -33,7 +34,7 @@ run_one() {
     # One BLAS thread: two targets share the machine. Every UBSan report is fatal (the build
     # has -fno-sanitize-recover); ASan leak checks run after every input. The library's own log
     # lines (a refused Join, a bad spec) are expected and dropped from the log.
-    OPENBLAS_NUM_THREADS=1 TMPDIR=$PWD/$dir/tmp/$name \
+    OPENBLAS_NUM_THREADS=1 TMPDIR=$dir/tmp/$name \
         ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$dir/$name" -max_total_time="$secs" -max_len="$(max_len "$name")" -rss_limit_mb=2048 \
@@ -48,7 +49,7 @@ for name in "${names[@]}"; do
         echo "fuzz: $dir/$name is not built (make fuzz-build)" >&2
         exit 2
     }
-    while (($(jobs -rp | wc -l) >= jobs)); do
+    while (($(jobs -rp | wc -l) >= parallel)); do
         wait -n
     done
     run_one "$name" &
