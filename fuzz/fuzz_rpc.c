@@ -14,9 +14,8 @@
  * never answer: a JobRunner.Start the runner would accept and a Comm.Bench the bench would run
  * are dropped by the harness (every refusal before that runs), and Comm.BenchRun (a rank's part
  * of a bench: it connects the ring) is not sent. A Resume or Remove of job "1" or "2" is dropped
- * too. After each input the harness
- * cancels and removes the jobs it submitted and answers held Watch calls, so the next input
- * starts from the same jobs. */
+ * too. After each input the harness answers held Watch calls, has worker:1 leave if it joined,
+ * and cancels and removes the jobs submitted, so every input starts from the same state. */
 #include "common.h"
 
 #include "cluster/cluster.h"
