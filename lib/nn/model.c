@@ -84,7 +84,7 @@ static dt_status reserve(dt_model *m, int n, dt_err *err)
         return DT_OK;
     free_buffers(m);
     const dt_nn_ops *o = m->ops;
-    size_t col = 0, bytes = 0;
+    size_t col = 0;
     bool ok = true;
     for (int i = 0; i < m->g.n && ok; i++) {
         dt__nn_layer *l = &m->g.layers[i];
@@ -113,7 +113,6 @@ static dt_status reserve(dt_model *m, int n, dt_err *err)
             ok = ok && l->stat;
         }
         col = l->col_floats > col ? l->col_floats : col;
-        bytes += sz * 3 + (size_t)n * l->aux_bytes;
     }
     size_t out = dt_model_output_size(m);
     if (ok && col)
@@ -127,7 +126,7 @@ static dt_status reserve(dt_model *m, int n, dt_err *err)
         return dt_err_set(err, DT_ENOMEM,
                           "model: out of memory for the activations of a batch of %d (about %zu "
                           "MiB); use a smaller batch",
-                          n, (bytes + n * col * sizeof(float)) >> 20);
+                          n, (size_t)(dt_model_batch_bytes(m, n) >> 20));
     }
     m->reserved = n;
     return DT_OK;

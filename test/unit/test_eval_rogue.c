@@ -7,7 +7,7 @@
 #include "core/clock.h"
 #include "dt_test.h"
 #include "jobs.pb-c.h"
-#include "rpc/rpc.h"
+#include "test_rpc_util.h"
 #include "service/service.h"
 
 #include <dirent.h>
@@ -19,9 +19,7 @@
 #include <uv.h>
 
 static atomic_int g_lists, g_exports;
-static uv_loop_t g_loop;
-static uv_async_t g_stop;
-static dt_rpc_server *g_srv;
+static tr_server g_chief;
 
 /* Odd polls: a running job whose id climbs out of STATE/eval; even polls: a finished one with
  * an id that looks like a number first. After six the evaluator has seen both twice. */
@@ -48,19 +46,6 @@ static void on_call(void *ctx, dt_rpc_call *call)
         kill(getpid(), SIGTERM); /* the evaluator's handler: its loop ends within 100 ms */
 }
 
-static void on_stop(uv_async_t *a)
-{
-    dt_rpc_server_free(g_srv);
-    uv_close((uv_handle_t *)a, NULL);
-}
-
-static void *loop_main(void *arg)
-{
-    (void)arg;
-    uv_run(&g_loop, UV_RUN_DEFAULT);
-    return NULL;
-}
-
 DT_TEST(eval_refuses_a_rogue_chiefs_job_ids)
 {
     char base[1024], state[1100], tfc[512];
@@ -71,17 +56,12 @@ DT_TEST(eval_refuses_a_rogue_chiefs_job_ids)
     ASSERT_EQ(system(cmd), 0);
 
     dt_err err = {0};
-    ASSERT_EQ(uv_loop_init(&g_loop), 0);
-    ASSERT_EQ(uv_async_init(&g_loop, &g_stop, on_stop), 0);
-    dt_rpc_server_opts so = {.address = "127.0.0.1:0", .loop = &g_loop, .handler = on_call};
-    ASSERT_OK(dt_rpc_server_new(&so, &g_srv, &err), &err);
-    pthread_t th;
-    ASSERT_EQ(pthread_create(&th, NULL, loop_main, NULL), 0);
+    tr_server_start(&g_chief, on_call, NULL);
 
     snprintf(tfc, sizeof tfc,
              "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"]}, \"task\": {\"type\": \"evaluator\", "
              "\"index\": 0}}",
-             dt_rpc_server_port(g_srv));
+             dt_rpc_server_port(g_chief.srv));
     dt_cluster_spec spec;
     ASSERT_OK(dt_tfconfig_parse(tfc, strlen(tfc), &spec, &err), &err);
     dt_service_eval_opts eo = {.spec = &spec, .state_dir = state, .interval_ms = 50};
@@ -89,9 +69,7 @@ DT_TEST(eval_refuses_a_rogue_chiefs_job_ids)
     int rc = dt_service_eval_run(&eo);
     int64_t took = dt_now_ms() - t0;
 
-    uv_async_send(&g_stop);
-    pthread_join(th, NULL);
-    uv_loop_close(&g_loop);
+    tr_server_stop(&g_chief);
     dt_tfconfig_destroy(&spec);
 
     int lists = atomic_load(&g_lists), exports = atomic_load(&g_exports);

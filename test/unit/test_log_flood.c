@@ -6,7 +6,7 @@
 #include "core/log.h"
 #include "dt_test.h"
 #include "jobs.pb-c.h"
-#include "rpc/rpc.h"
+#include "test_rpc_util.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -84,9 +84,6 @@ DT_TEST(log_limit_one_line_per_key_and_interval)
     ASSERT_EQ(evicted, 2 * DT_LOG_LIMIT_KEYS + 1);
 }
 
-static uv_loop_t g_loop;
-static uv_async_t g_stop;
-static dt_rpc_server *g_srv;
 static int g_handled;
 
 static void on_call(void *ctx, dt_rpc_call *call)
@@ -96,31 +93,13 @@ static void on_call(void *ctx, dt_rpc_call *call)
     dt_rpc_call_fail(call, DT_ENOTSUP, "not served");
 }
 
-static void on_stop(uv_async_t *a)
-{
-    dt_rpc_server_free(g_srv);
-    uv_close((uv_handle_t *)a, NULL);
-}
-
-static void *loop_main(void *arg)
-{
-    (void)arg;
-    uv_run(&g_loop, UV_RUN_DEFAULT);
-    return NULL;
-}
-
 DT_TEST(rpc_refusal_flood_logs_one_line)
 {
     dt_err err = {0};
-    ASSERT_EQ(uv_loop_init(&g_loop), 0);
-    ASSERT_EQ(uv_async_init(&g_loop, &g_stop, on_stop), 0);
-    dt_rpc_server_opts so = {
-        .address = "127.0.0.1:0", .loop = &g_loop, .handler = on_call, .token = "the-token"};
-    ASSERT_OK(dt_rpc_server_new(&so, &g_srv, &err), &err);
-    pthread_t th;
-    ASSERT_EQ(pthread_create(&th, NULL, loop_main, NULL), 0);
+    tr_server srv;
+    tr_server_start(&srv, on_call, "the-token");
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", dt_rpc_server_port(g_srv));
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", dt_rpc_server_port(srv.srv));
     dt_rpc_channel *bad, *good;
     ASSERT_OK(dt_rpc_channel_new(addr, "a-wrong-token", &bad, &err), &err);
     ASSERT_OK(dt_rpc_channel_new(addr, "the-token", &good, &err), &err);
@@ -149,9 +128,7 @@ DT_TEST(rpc_refusal_flood_logs_one_line)
 
     dt_rpc_channel_free(bad);
     dt_rpc_channel_free(good);
-    uv_async_send(&g_stop);
-    pthread_join(th, NULL);
-    uv_loop_close(&g_loop);
+    tr_server_stop(&srv);
     ASSERT_EQ(refused, 3000);
     ASSERT_EQ(good_st, DT_ENOTSUP); /* it reached the handler */
     ASSERT_EQ(g_handled, 1);
