@@ -74,6 +74,18 @@ typedef struct dt__nn_weight {
 typedef struct dt__nn_layer dt__nn_layer;
 typedef struct dt__nn_ctx dt__nn_ctx;
 
+/* Keras masking (Embedding's mask_zero). A layer that MAKEs a mask sets l->mask_len (its
+ * timesteps) in build and writes l->mask ([batch, mask_len] of 1 and 0) in forward. A layer
+ * that PASSes keeps its input's mask on its output, when the output still has those
+ * timesteps on its first axis; DROP (the default) ends it there. A layer that uses a mask
+ * (a recurrent layer, GlobalAveragePooling1D) reads its input's with dt__nn_in_mask. build
+ * may change l->mask_rule (a recurrent layer passes only with return_sequences). */
+typedef enum dt__nn_mask_rule {
+    DT_NN_MASK_DROP,
+    DT_NN_MASK_PASS,
+    DT_NN_MASK_MAKE
+} dt__nn_mask_rule;
+
 typedef struct dt__nn_layer_vt {
     const char *class_name;
     /* Reads the layer's config; the common keys are read by keras.c. NULL: no options. */
@@ -84,6 +96,7 @@ typedef struct dt__nn_layer_vt {
     void (*backward)(dt__nn_layer *l, dt__nn_ctx *c);
     /* Keys of the config this class reads (besides the common ones), NULL-terminated. */
     const char *const *keys;
+    dt__nn_mask_rule mask;
 } dt__nn_layer_vt;
 
 struct dt__nn_layer {
@@ -128,6 +141,12 @@ struct dt__nn_layer {
     float aug_factor_w[2], aug_fill_value;
     int aug_fill; /* dt_nn_fill */
     bool aug_same;
+
+    /* Masking: the rule (vt->mask unless build changes it), the layer whose mask covers this
+     * output's timesteps (-1: none; model.c sets it after build) and a made mask. */
+    dt__nn_mask_rule mask_rule;
+    int mask_src, mask_len;
+    float *mask;
 
     int n_w;
     dt__nn_weight w[DT_NN_MAX_W];
@@ -184,6 +203,12 @@ static inline const float *dt__nn_x(dt__nn_ctx *c, dt__nn_layer *l, int i)
     return c->layers[l->in[i]].y;
 }
 bool dt__nn_need_dx(dt__nn_ctx *c, dt__nn_layer *l, int i);
+/* Input i's mask ([batch, T] of 1 and 0), NULL when its timesteps are all real. */
+static inline const float *dt__nn_in_mask(dt__nn_ctx *c, dt__nn_layer *l, int i)
+{
+    int s = c->layers[l->in[i]].mask_src;
+    return s >= 0 ? c->layers[s].mask : NULL;
+}
 float *dt__nn_dx(dt__nn_ctx *c, dt__nn_layer *l, int i, bool *acc);
 
 /* The fused activation of Dense and Conv2D: the GEMM writes dt__nn_pre(l), act_out turns it

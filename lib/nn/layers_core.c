@@ -168,6 +168,7 @@ const dt__nn_layer_vt dt__nn_dense = {
     .forward = dense_forward,
     .backward = dense_backward,
     .keys = dense_keys,
+    .mask = DT_NN_MASK_PASS,
 };
 
 /* ---- Flatten and Reshape: views of their input (model.c aliases y and dy) ------------------ */
@@ -313,6 +314,7 @@ const dt__nn_layer_vt dt__nn_dropout = {
     .forward = dropout_forward,
     .backward = dropout_backward,
     .keys = dropout_keys,
+    .mask = DT_NN_MASK_PASS,
 };
 
 /* ---- activation layers: y = act(x); the input's y serves as z -------------------------------- */
@@ -350,6 +352,7 @@ const dt__nn_layer_vt dt__nn_activation = {
     .forward = act_forward,
     .backward = act_backward,
     .keys = activation_keys,
+    .mask = DT_NN_MASK_PASS,
 };
 
 static const char *const relu_keys[] = {"max_value", "negative_slope", "threshold", NULL};
@@ -377,6 +380,7 @@ const dt__nn_layer_vt dt__nn_relu = {
     .forward = act_forward,
     .backward = act_backward,
     .keys = relu_keys,
+    .mask = DT_NN_MASK_PASS,
 };
 
 static const char *const leaky_keys[] = {"negative_slope", "alpha", NULL};
@@ -398,6 +402,7 @@ const dt__nn_layer_vt dt__nn_leaky_relu = {
     .forward = act_forward,
     .backward = act_backward,
     .keys = leaky_keys,
+    .mask = DT_NN_MASK_PASS,
 };
 
 static const char *const softmax_keys[] = {"axis", NULL};

@@ -166,6 +166,7 @@ const dt__nn_layer_vt dt__nn_batchnorm = {
     .forward = bn_forward,
     .backward = bn_backward,
     .keys = bn_keys,
+    .mask = DT_NN_MASK_PASS,
 };
 
 /* ---- Add: y = sum of the inputs (same shapes) ----------------------------------------------- */
@@ -210,6 +211,7 @@ const dt__nn_layer_vt dt__nn_add = {
     .build = add_build,
     .forward = add_forward,
     .backward = add_backward,
+    .mask = DT_NN_MASK_PASS,
 };
 
 /* ---- Concatenate along the last axis -----------------------------------------------------------

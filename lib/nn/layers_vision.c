@@ -77,6 +77,7 @@ const dt__nn_layer_vt dt__nn_multiply = {
     .build = multiply_build,
     .forward = multiply_forward,
     .backward = multiply_backward,
+    .mask = DT_NN_MASK_PASS,
 };
 
 /* Subtract: y = x0 - x1 (Keras takes exactly two inputs). */
@@ -120,6 +121,7 @@ const dt__nn_layer_vt dt__nn_subtract = {
     .build = subtract_build,
     .forward = subtract_forward,
     .backward = subtract_backward,
+    .mask = DT_NN_MASK_PASS,
 };
 
 /* Average: y = sum x_i / k. */
@@ -153,6 +155,7 @@ const dt__nn_layer_vt dt__nn_average = {
     .build = average_build,
     .forward = average_forward,
     .backward = average_backward,
+    .mask = DT_NN_MASK_PASS,
 };
 
 /* Maximum: y = max x_i; aux holds which input won each element (uint8: DT_NN_MAX_IN <= 255). */
@@ -187,6 +190,7 @@ const dt__nn_layer_vt dt__nn_maximum = {
     .build = maximum_build,
     .forward = maximum_forward,
     .backward = maximum_backward,
+    .mask = DT_NN_MASK_PASS,
 };
 
 /* ---- Cropping2D: y is x without a frame (l->pad: top, bottom, left, right) ------------------ */

@@ -66,7 +66,8 @@ static void free_buffers(dt_model *m)
         dt_nn_free(o, l->z);
         dt_nn_free(o, l->aux);
         dt_nn_free(o, l->stat);
-        l->y = l->dy = l->z = l->stat = NULL;
+        dt_nn_free(o, l->mask);
+        l->y = l->dy = l->z = l->stat = l->mask = NULL;
         l->aux = NULL;
     }
     dt_nn_free(o, m->col);
@@ -115,6 +116,10 @@ static dt_status reserve(dt_model *m, int n, dt_err *err)
             l->stat = dt_nn_alloc(o, l->stat_floats * sizeof(float));
             ok = ok && l->stat;
         }
+        if (l->mask_len) {
+            l->mask = dt_nn_alloc(o, (size_t)n * (size_t)l->mask_len * sizeof(float));
+            ok = ok && l->mask;
+        }
         col = l->col_floats > col ? l->col_floats : col;
     }
     size_t out = dt_model_output_size(m);
@@ -149,7 +154,8 @@ uint64_t dt_model_batch_bytes(const dt_model *m, int n)
             bytes += sz;
         if (has_fused_act(l) && l->act.kind != DT_NN_ACT_LINEAR && !l->act_to_consumer)
             bytes += sz;
-        bytes += (uint64_t)n * l->aux_bytes + l->stat_floats * sizeof(float);
+        bytes += (uint64_t)n * (l->aux_bytes + (uint64_t)l->mask_len * sizeof(float)) +
+                 l->stat_floats * sizeof(float);
         col = l->col_floats > col ? l->col_floats : col;
     }
     uint64_t out = dt_model_output_size(m);
@@ -178,6 +184,23 @@ static void fuse_relu_pool(dt__nn_graph *g)
     }
 }
 
+static void mask_propagate(dt__nn_graph *g, dt__nn_layer *l)
+{
+    l->mask_src = -1;
+    if (l->mask_rule == DT_NN_MASK_MAKE && l->mask_len > 0) {
+        l->mask_src = l->index;
+        return;
+    }
+    if (l->mask_rule != DT_NN_MASK_PASS)
+        return;
+    for (int j = 0; j < l->n_in && l->mask_src < 0; j++) {
+        int s = g->layers[l->in[j]].mask_src;
+        /* A mask covers the first axis; an output that lost those timesteps loses it. */
+        if (s >= 0 && l->out.rank >= 2 && l->out.d[0] == g->layers[s].mask_len)
+            l->mask_src = s;
+    }
+}
+
 static dt_status build(dt_model *m, uint64_t seed, uint64_t max_bytes, dt_err *err)
 {
     dt__nn_graph *g = &m->g;
@@ -188,7 +211,10 @@ static dt_status build(dt_model *m, uint64_t seed, uint64_t max_bytes, dt_err *e
             l->in_shape[j] = g->layers[l->in[j]].out;
             g->layers[l->in[j]].n_consumers++;
         }
+        l->mask_rule = l->vt->mask;
+        l->mask_len = 0;
         DT_TRY(l->vt->build(l, err));
+        mask_propagate(g, l);
         for (int d = 0; d < l->out.rank; d++)
             if (l->out.d[d] < 1 || l->out.d[d] > DT_MAX_NN_DIM)
                 return dt__nn_layer_err(l, DT_ETOOBIG, err,
