@@ -17,7 +17,7 @@
 #include <cjson/cJSON.h>
 
 #define DT_NN_MAX_IN 16 /* inputs of one merge layer */
-#define DT_NN_MAX_W  4  /* weights of one layer */
+#define DT_NN_MAX_W  8  /* weights of one layer (MultiHeadAttention has 8) */
 
 typedef struct dt_nn_shape {
     int rank;

@@ -287,7 +287,11 @@ static dt_status build(dt_model *m, uint64_t seed, uint64_t max_bytes, dt_err *e
             if (!host)
                 return dt_err_set(err, DT_ENOMEM, "model: out of memory initializing %s", p->name);
             dt_rng r;
-            dt_rng_seed2(&r, seed, (uint64_t)i * DT_NN_MAX_W + (uint64_t)j);
+            /* Streams i * 4 + j are those of the days of 4 weights a layer: a seed keeps
+             * giving the initial weights it gave then. */
+            uint64_t stream = j < 4 ? (uint64_t)i * 4 + (uint64_t)j
+                                    : (UINT64_C(1) << 40) + (uint64_t)i * DT_NN_MAX_W + (uint64_t)j;
+            dt_rng_seed2(&r, seed, stream);
             dt__nn_init_fill(&w->init, &w->shape, host, &r);
             o->upload(p->data, host, p->size * sizeof(float));
             free(host);
