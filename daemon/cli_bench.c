@@ -5,10 +5,11 @@
  * --workers R or --addr it trains on a formed cluster instead (cli_bench_train.c).
  *   dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]
  *                          [--warmup-s S] [--wire f32|bf16|f16] [--streams K] [--chunk BYTES]
- *                          [--verify] [--no-stream] [--json]
+ *                          [--verify] [--no-stream] [--devices N] [--json]
  * asks a daemon (the chief by default) to run ring all-reduces of each size on every rank of the
  * formed cluster and prints time, algbw and busbw (nccl-tests' convention), and what one raw gRPC
- * stream between two daemons carries. */
+ * stream between two daemons carries; with --devices N also the hierarchical all-reduce with N
+ * CPU replicas a daemon (busbw over all hosts * N replicas). */
 #include "cli.h"
 #include "cli_bench.h"
 
@@ -58,7 +59,7 @@ static void usage(FILE *f)
            "       dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]\n"
            "                              [--warmup-s S] [--wire f32|bf16|f16] [--streams K]\n"
            "                              [--chunk BYTES] [--verify] [--no-stream]\n"
-           "                              [--timeout SEC] [--json]\n\n"
+           "                              [--devices N] [--timeout SEC] [--json]\n\n"
            "train: one process, random data, sparse categorical cross-entropy and SGD;\n"
            "  --threads sets OpenBLAS's threads (default: the machine's setting).\n"
            "  --json prints {\"world_size\", \"batch\", \"samples_per_s\", \"step_s\", "
@@ -85,7 +86,14 @@ static void usage(FILE *f)
            "  ring's streams per neighbour (default 4) and bytes per message (default 512K).\n"
            "  --json prints {\"world_size\", \"wire\", \"iters\", \"warmup_s\", \"rows\": "
            "[{\"bytes\",\n"
-           "  \"time_s\", \"algbw_GBps\", \"busbw_GBps\", \"cpu_s\"}], \"stream_GBps\", ...}.\n");
+           "  \"time_s\", \"algbw_GBps\", \"busbw_GBps\", \"cpu_s\"}], \"stream_GBps\", ...}.\n"
+           "  --devices N (1..16) also times the hierarchical all-reduce of a job with N CPU\n"
+           "  replicas a daemon ($.strategy.devices): N threads on every daemon, in-host\n"
+           "  reduce-scatter, one host ring per replica index on its shard, in-host all-gather;\n"
+           "  float32 only. Sizes are per replica; busbw counts all R = daemons * N replicas,\n"
+           "  algbw * 2(R-1)/R, as nccl-tests does; the flat ring's time (one replica a daemon)\n"
+           "  is shown next to it. --json adds \"devices\", \"replicas\" and \"hier_rows\" (the\n"
+           "  rows' keys, with \"flat_time_s\"; cpu_s per daemon).\n");
 }
 
 static int bench_train(int argc, char **argv)
@@ -321,30 +329,32 @@ static void size_name(uint64_t b, char *buf, size_t n)
 
 static int bench_allreduce(int argc, char **argv)
 {
-    static const struct option opts[] = {{"sizes", required_argument, NULL, 's'},
-                                         {"iters", required_argument, NULL, 'i'},
-                                         {"warmup", required_argument, NULL, 'w'},
-                                         {"wire", required_argument, NULL, 'W'},
-                                         {"streams", required_argument, NULL, 'k'},
-                                         {"verify", no_argument, NULL, 'v'},
-                                         {"no-stream", no_argument, NULL, 'n'},
-                                         {"timeout", required_argument, NULL, 'T'},
-                                         {"addr", required_argument, NULL, 'a'},
-                                         {"token-file", required_argument, NULL, 't'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {"chunk", required_argument, NULL, 'C'},
-                                         {"warmup-s", required_argument, NULL, 'S'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"sizes", required_argument, NULL, 's'},   {"iters", required_argument, NULL, 'i'},
+        {"warmup", required_argument, NULL, 'w'},  {"wire", required_argument, NULL, 'W'},
+        {"streams", required_argument, NULL, 'k'}, {"verify", no_argument, NULL, 'v'},
+        {"no-stream", no_argument, NULL, 'n'},     {"timeout", required_argument, NULL, 'T'},
+        {"addr", required_argument, NULL, 'a'},    {"token-file", required_argument, NULL, 't'},
+        {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
+        {"chunk", required_argument, NULL, 'C'},   {"warmup-s", required_argument, NULL, 'S'},
+        {"devices", required_argument, NULL, 'D'}, {0, 0, 0, 0}};
     uint64_t sizes[64], chunk = 0;
     size_t nsizes = 0;
     parse_sizes("4K,64K,1M,4M,16M,64M", sizes, 64, &nsizes);
     const char *wire = "f32", *addr_flag = NULL, *token_file = getenv("DTRAIN_TOKEN_FILE");
-    int iters = 5, warmup = 1, streams = 0, verify = 0, raw = 1, json = 0, c;
+    int iters = 5, warmup = 1, streams = 0, verify = 0, raw = 1, json = 0, devices = 0, c;
     double timeout_s = 1800, warmup_s = 0.3;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
+        case 'D':
+            devices = dt_cli_int(optarg);
+            if (devices < 1 || devices > 16) {
+                fprintf(stderr, "dtrain bench allreduce: --devices %s: give 1..16 replicas\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case 'S':
             warmup_s = dt_cli_double(optarg);
             break;
@@ -409,6 +419,13 @@ static int bench_allreduce(int argc, char **argv)
                         "0..60, --streams 0..16, --wire f32|bf16|f16\n");
         return 2;
     }
+    if (devices && strcmp(wire, "f32")) {
+        fprintf(stderr,
+                "dtrain bench allreduce: --devices times the float32 hierarchical "
+                "all-reduce; it takes no --wire %s\n",
+                wire);
+        return 2;
+    }
     dt_cli_conn conn = {0};
     int orc = dt_cli_conn_open(&conn, "bench allreduce", addr_flag, token_file);
     if (orc) {
@@ -427,6 +444,7 @@ static int bench_allreduce(int argc, char **argv)
     req.raw_stream = raw;
     req.chunk_bytes = (uint32_t)chunk;
     req.warmup_s = warmup_s;
+    req.devices = (uint32_t)devices;
     Dtrain__V1__CommBenchReply *rep = NULL;
     dt_status st = dt_rpc_unary(conn.ch, "/dtrain.v1.Comm/Bench", &req.base,
                                 &dtrain__v1__comm_bench_reply__descriptor,
@@ -438,6 +456,14 @@ static int bench_allreduce(int argc, char **argv)
     }
     int R = (int)rep->world_size, rc = 0;
     double bus = R > 1 ? 2.0 * (R - 1) / R : 1.0;
+    int HR = R * devices; /* the hierarchical rows' replicas */
+    double hbus = HR > 1 ? 2.0 * (HR - 1) / HR : 1.0;
+    if (devices && (rep->devices != (uint32_t)devices || rep->n_hier_rows != rep->n_rows)) {
+        fprintf(stderr, "dtrain bench allreduce: the daemon ran no hierarchical all-reduce "
+                        "(is it an older dtraind?)\n");
+        protobuf_c_message_free_unpacked(&rep->base, NULL);
+        return 1;
+    }
     if (json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddNumberToObject(j, "world_size", R);
@@ -458,6 +484,25 @@ static int bench_allreduce(int argc, char **argv)
                 cJSON_AddBoolToObject(o, "verified", r->verified);
             cJSON_AddItemToArray(rows, o);
         }
+        if (devices) {
+            cJSON_AddNumberToObject(j, "devices", devices);
+            cJSON_AddNumberToObject(j, "replicas", HR);
+            cJSON *hrows = cJSON_AddArrayToObject(j, "hier_rows");
+            for (size_t i = 0; i < rep->n_hier_rows; i++) {
+                const Dtrain__V1__CommBenchRow *r = rep->hier_rows[i];
+                double alg = r->time_s > 0 ? (double)r->bytes / r->time_s / 1e9 : 0;
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o, "bytes", (double)r->bytes);
+                cJSON_AddNumberToObject(o, "time_s", r->time_s);
+                cJSON_AddNumberToObject(o, "algbw_GBps", alg);
+                cJSON_AddNumberToObject(o, "busbw_GBps", alg * hbus);
+                cJSON_AddNumberToObject(o, "cpu_s", r->cpu_s);
+                cJSON_AddNumberToObject(o, "flat_time_s", rep->rows[i]->time_s);
+                if (verify)
+                    cJSON_AddBoolToObject(o, "verified", r->verified);
+                cJSON_AddItemToArray(hrows, o);
+            }
+        }
         if (rep->stream_gbps > 0) {
             cJSON_AddNumberToObject(j, "stream_GBps", rep->stream_gbps);
             cJSON_AddNumberToObject(j, "stream_bytes", (double)rep->stream_bytes);
@@ -476,6 +521,22 @@ static int bench_allreduce(int argc, char **argv)
             size_name(r->bytes, sz, sizeof sz);
             printf("%10s %12.3f %12.3f %12.3f %13.3f%s\n", sz, r->time_s * 1e3, alg, alg * bus,
                    r->cpu_s * 1e3, verify ? (r->verified ? "  yes" : "  NO") : "");
+        }
+        if (devices) {
+            printf("\nhierarchical all-reduce, %d rank%s x %d CPU replica%s (%d replicas: busbw "
+                   "over all), f32, slowest replica\n\n",
+                   R, R == 1 ? "" : "s", devices, devices == 1 ? "" : "s", HR);
+            printf("%10s %12s %12s %12s %13s %13s%s\n", "size", "time(ms)", "algbw(GB/s)",
+                   "busbw(GB/s)", "cpu/rank(ms)", "flat ring(ms)", verify ? "  verified" : "");
+            for (size_t i = 0; i < rep->n_hier_rows; i++) {
+                const Dtrain__V1__CommBenchRow *r = rep->hier_rows[i];
+                double alg = r->time_s > 0 ? (double)r->bytes / r->time_s / 1e9 : 0;
+                char sz[32];
+                size_name(r->bytes, sz, sizeof sz);
+                printf("%10s %12.3f %12.3f %12.3f %13.3f %13.3f%s\n", sz, r->time_s * 1e3, alg,
+                       alg * hbus, r->cpu_s * 1e3, rep->rows[i]->time_s * 1e3,
+                       verify ? (r->verified ? "  yes" : "  NO") : "");
+            }
         }
         if (rep->stream_gbps > 0) {
             char sz[32];
@@ -497,6 +558,9 @@ static int bench_allreduce(int argc, char **argv)
     }
     for (size_t i = 0; verify && i < rep->n_rows; i++)
         if (!rep->rows[i]->verified)
+            rc = 1;
+    for (size_t i = 0; verify && i < rep->n_hier_rows; i++)
+        if (!rep->hier_rows[i]->verified)
             rc = 1;
     protobuf_c_message_free_unpacked(&rep->base, NULL);
     return rc;

@@ -5,7 +5,9 @@
  * Comm.Bench (from the CLI, to any daemon; the chief by default) picks a fresh session and asks
  * every rank, itself included, to run Comm.BenchRun in parallel; each rank makes a comm for that
  * session, runs the sizes and reports its times; the coordinator keeps the slowest rank's time
- * per size. Both calls run on a thread each and answer through the loop (uv_async).
+ * per size. Both calls run on a thread each and answer through the loop (uv_async). With
+ * devices G > 0 every rank then also runs the hierarchical all-reduce with G replica threads
+ * (bench_hier), and the coordinator keeps its slowest replica's time per size (hier_rows).
  */
 #include "service/service.h"
 
@@ -37,9 +39,11 @@ typedef struct bench_job {
     Dtrain__V1__CommBenchRequest *req;
     Dtrain__V1__CommBenchReply reply;
     Dtrain__V1__CommBenchRow rows[MAX_ROWS], *row_ptrs[MAX_ROWS];
+    Dtrain__V1__CommBenchRow hrows[MAX_ROWS], *hrow_ptrs[MAX_ROWS];
     char error[1024];
     dt_status st;
-    dt_comm *comm; /* the comm running now, for abort at shutdown (d->mu) */
+    dt_comm *comm;      /* the comm running now, for abort at shutdown (d->mu) */
+    dt_comm_hier *hier; /* or the hierarchical one */
     pthread_t thread;
     struct bench_job *next;
 } bench_job;
@@ -96,6 +100,15 @@ static void close_comm(bench_job *j, dt_comm *c)
 {
     set_comm(j, NULL);
     dt_comm_free(c);
+}
+
+static void set_hier(bench_job *j, dt_comm_hier *h)
+{
+    pthread_mutex_lock(&j->d->mu);
+    j->hier = h;
+    if (h && j->d->stopping)
+        dt_comm_hier_abort(h, "the daemon is stopping");
+    pthread_mutex_unlock(&j->d->mu);
 }
 
 static dt_status verify(dt_comm *c, float *b, size_t n, dt_comm_wire wire, dt_err *err)
@@ -174,6 +187,210 @@ static dt_status warm_up(dt_comm *c, int bcast, void *b, size_t n, dt_comm_wire 
     return DT_OK;
 }
 
+/* --- the hierarchical all-reduce (--devices G) ------------------------------------------------
+ *
+ * G replica threads on every rank (daemon), one dt_comm_local among them and G host rings across
+ * the ranks (dt_comm_hier), as a job with $.strategy.devices runs them. Every replica runs every
+ * size: the check (--verify), the warm-up, a barrier, the timed calls; the rank keeps its slowest
+ * replica's time. Float32 only: the hierarchical path has no 16-bit wire. */
+
+typedef struct hier_member {
+    bench_job *j;
+    dt_comm_hier *h;
+    int member, G, host, hosts;
+    pthread_t thread;
+    double time_s[MAX_ROWS], cpu_s[MAX_ROWS];
+    int verified[MAX_ROWS];
+    uint32_t crc[MAX_ROWS];
+    dt_status st;
+    dt_err err;
+} hier_member;
+
+/* A SUM of one float over every replica: each gets the same total (and it is a barrier). */
+static dt_status hier_sum1(hier_member *m, float *x, dt_err *err)
+{
+    return dt_comm_hier_allreduce(m->h, m->member, x, 1, COLL_TIMEOUT_MS, err);
+}
+
+/* Integer values (val), so the sum over R replicas is exact: every replica must hold it, and so
+ * the same bits; member 0 also compares its bits with the other hosts' member 0 over ring 0. */
+static dt_status hier_verify(hier_member *m, float *b, size_t n, int s, dt_err *err)
+{
+    int R = m->hosts * m->G, me = m->host * m->G + m->member;
+    for (size_t i = 0; i < n; i++)
+        b[i] = val(i, me);
+    DT_TRY(dt_comm_hier_allreduce(m->h, m->member, b, n, COLL_TIMEOUT_MS, err));
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int k = 0; k < R; k++)
+            want += val(i, k);
+        if (b[i] != want)
+            return dt_err_set(err, DT_EIO,
+                              "verify: replica %d of %d, %zu floats: element %zu is %.9g, the "
+                              "exact sum is %.9g",
+                              me, R, n, i, (double)b[i], (double)want);
+    }
+    m->crc[s] = dt_crc32c(0, b, n * 4);
+    dt_comm *ring0 = dt_comm_hier_ring(m->h, 0);
+    if (m->member == 0 && ring0) {
+        uint32_t *all = calloc((size_t)m->hosts, 4);
+        if (!all)
+            return dt_err_set(err, DT_ENOMEM, "verify: out of memory");
+        dt_status st = dt_comm_allgather(ring0, &m->crc[s], 4, all, COLL_TIMEOUT_MS, err);
+        for (int k = 0; st == DT_OK && k < m->hosts; k++)
+            if (all[k] != m->crc[s])
+                st = dt_err_set(err, DT_EIO,
+                                "verify: rank %d and rank %d hold different bits after the "
+                                "hierarchical all-reduce of %zu floats",
+                                m->host, k, n);
+        free(all);
+        DT_TRY(st);
+    }
+    m->verified[s] = 1;
+    return DT_OK;
+}
+
+/* As warm_up: W calls, then batches sized by the pace so far until warmup_s has passed, the
+ * replicas agreeing on each batch through a one-float all-reduce (its mean). */
+static dt_status hier_warm_up(hier_member *m, float *b, size_t n, int calls, double warmup_s,
+                              dt_err *err)
+{
+    if (warmup_s > 0 && calls < 1)
+        calls = 1;
+    int R = m->hosts * m->G;
+    uint64_t t0 = dt_now_ns(), tb = t0;
+    for (int i = 0; i < calls; i++)
+        DT_TRY(dt_comm_hier_allreduce(m->h, m->member, b, n, COLL_TIMEOUT_MS, err));
+    for (int batch = calls; warmup_s > 0 && batch > 0;) {
+        uint64_t now = dt_now_ns();
+        double spent = (double)(now - t0) / 1e9, per = (double)(now - tb) / 1e9 / batch;
+        float more =
+            spent < warmup_s ? (float)ceil((warmup_s - spent) / (per > 0 ? per : 1e-6)) : 0.0f;
+        if (more > MAX_WARMUP)
+            more = MAX_WARMUP;
+        DT_TRY(hier_sum1(m, &more, err));
+        batch = (int)ceilf(more / (float)R);
+        tb = dt_now_ns();
+        for (int i = 0; i < batch; i++)
+            DT_TRY(dt_comm_hier_allreduce(m->h, m->member, b, n, COLL_TIMEOUT_MS, err));
+    }
+    return DT_OK;
+}
+
+static void *hier_member_main(void *arg)
+{
+    hier_member *m = arg;
+    pthread_setname_np(pthread_self(), "dt-bench-rep");
+    const Dtrain__V1__CommBenchRequest *q = m->j->req;
+    int iters = q->iters ? (int)q->iters : 5;
+    dt_status st = DT_OK;
+    for (size_t s = 0; s < q->n_sizes && s < MAX_ROWS && st == DT_OK; s++) {
+        size_t n = (size_t)(q->sizes[s] / 4);
+        float *b = malloc(n * 4 + 4);
+        if (!b) {
+            st = dt_err_set(&m->err, DT_ENOMEM, "bench: cannot allocate %zu bytes", n * 4);
+            break;
+        }
+        if (q->verify)
+            st = hier_verify(m, b, n, (int)s, &m->err);
+        memset(b, 0, n * 4);
+        if (st == DT_OK)
+            st = hier_warm_up(m, b, n, (int)q->warmup, q->warmup_s, &m->err);
+        float one = 1;
+        if (st == DT_OK)
+            st = hier_sum1(m, &one, &m->err);
+        uint64_t t0 = dt_now_ns(), c0 = dt_cpu_ns();
+        for (int i = 0; i < iters && st == DT_OK; i++)
+            st = dt_comm_hier_allreduce(m->h, m->member, b, n, COLL_TIMEOUT_MS, &m->err);
+        m->time_s[s] = (double)(dt_now_ns() - t0) / 1e9 / iters;
+        m->cpu_s[s] = (double)(dt_cpu_ns() - c0) / 1e9 / iters;
+        free(b);
+    }
+    /* The siblings and the other hosts learn it now rather than at a deadline. */
+    if (st != DT_OK)
+        dt_comm_hier_abort(m->h, m->err.msg);
+    m->st = st;
+    return NULL;
+}
+
+static dt_status bench_hier(bench_job *j, dt_err *err)
+{
+    const Dtrain__V1__CommBenchRequest *q = j->req;
+    dt_service_bench *d = j->d;
+    int G = (int)q->devices, H = d->spec->world_size, me = d->spec->self.rank;
+    char(*mbuf)[80] = calloc((size_t)G, sizeof *mbuf);
+    const char **mnames = calloc((size_t)G, sizeof *mnames);
+    hier_member *ms = calloc((size_t)G, sizeof *ms);
+    dt_comm_local *local = NULL;
+    dt_comm_hier *h = NULL;
+    dt_status st = mbuf && mnames && ms ? DT_OK : dt_err_set(err, DT_ENOMEM, "out of memory");
+    for (int m = 0; st == DT_OK && m < G; m++) {
+        snprintf(mbuf[m], sizeof mbuf[m], "%s /cpu:%d", d->names[me], m);
+        mnames[m] = mbuf[m];
+    }
+    if (st == DT_OK)
+        st = dt_comm_local_new(&(dt_comm_local_opts){.members = G, .names = mnames}, &local, err);
+    dt_comm_hier_opts o = {.local = local,
+                           .ring = {.rank = me,
+                                    .world = H,
+                                    .addresses = (const char *const *)d->addrs,
+                                    .names = (const char *const *)d->names,
+                                    .token = d->token,
+                                    .session = q->session ^ 0x4849455200000000ull,
+                                    .hub = d->hub,
+                                    .connect_timeout_ms = 10000,
+                                    .chunk_bytes = q->chunk_bytes}};
+    if (st == DT_OK)
+        st = dt_comm_hier_new(&o, &h, err);
+    if (st == DT_OK) {
+        set_hier(j, h);
+        DT_INFO("comm",
+                "bench session %016llx: %d host ring%s of %d ranks connected, %d replicas "
+                "here",
+                (unsigned long long)q->session, G, G == 1 ? "" : "s", H, G);
+        for (int m = 0; m < G; m++) {
+            ms[m] = (hier_member){.j = j, .h = h, .member = m, .G = G, .host = me, .hosts = H};
+            if (pthread_create(&ms[m].thread, NULL, hier_member_main, &ms[m]) != 0) {
+                ms[m].thread = 0;
+                ms[m].st = dt_err_set(&ms[m].err, DT_ENOMEM, "cannot start replica %d's thread", m);
+                dt_comm_hier_abort(h, ms[m].err.msg);
+            }
+        }
+        for (int m = 0; m < G; m++)
+            if (ms[m].thread)
+                pthread_join(ms[m].thread, NULL);
+        /* The cause, not its echo: an abort reaches the siblings as DT_ECANCELED. */
+        int bad = -1;
+        for (int m = 0; m < G; m++)
+            if (ms[m].st != DT_OK &&
+                (bad < 0 || (ms[bad].st == DT_ECANCELED && ms[m].st != DT_ECANCELED)))
+                bad = m;
+        if (bad >= 0)
+            st = dt_err_set(err, ms[bad].st, "%s", ms[bad].err.msg);
+        for (size_t s = 0; st == DT_OK && s < q->n_sizes && s < MAX_ROWS; s++) {
+            Dtrain__V1__CommBenchRow *row = &j->hrows[s];
+            dtrain__v1__comm_bench_row__init(row);
+            row->bytes = q->sizes[s] / 4 * 4;
+            row->verified = q->verify != 0;
+            row->cpu_s = ms[0].cpu_s[s];
+            for (int m = 0; m < G; m++) {
+                if (ms[m].time_s[s] > row->time_s)
+                    row->time_s = ms[m].time_s[s];
+                row->verified = row->verified && ms[m].verified[s] && ms[m].crc[s] == ms[0].crc[s];
+            }
+            j->hrow_ptrs[s] = row;
+            j->reply.n_hier_rows = s + 1;
+        }
+        set_hier(j, NULL);
+    }
+    dt_comm_hier_free(h);
+    dt_comm_local_free(local);
+    free(ms);
+    free(mbuf);
+    free(mnames);
+    return st;
+}
+
 static dt_status bench_run(bench_job *j, dt_err *err)
 {
     const Dtrain__V1__CommBenchRequest *q = j->req;
@@ -215,6 +432,8 @@ static dt_status bench_run(bench_job *j, dt_err *err)
         j->row_ptrs[j->reply.n_rows++] = row;
     }
     close_comm(j, c);
+    if (st == DT_OK && q->devices > 0)
+        st = bench_hier(j, err);
     if (st != DT_OK || !q->raw_stream || j->d->spec->world_size < 2 || !maxb ||
         j->d->spec->self.rank > 1)
         return st;
@@ -326,6 +545,20 @@ static dt_status bench_coordinate(bench_job *j, dt_err *err)
                 row->verified = row->verified && r->rows[k]->verified;
             }
         }
+        for (size_t k = 0; k < r->n_hier_rows && k < MAX_ROWS; k++) {
+            Dtrain__V1__CommBenchRow *row = &j->hrows[k];
+            if (i == 0) {
+                dtrain__v1__comm_bench_row__init(row);
+                *row = *r->hier_rows[k];
+                j->hrow_ptrs[k] = row;
+                j->reply.n_hier_rows = k + 1;
+            } else if (k < j->reply.n_hier_rows) {
+                if (r->hier_rows[k]->time_s > row->time_s)
+                    row->time_s = r->hier_rows[k]->time_s;
+                row->cpu_s += r->hier_rows[k]->cpu_s;
+                row->verified = row->verified && r->hier_rows[k]->verified;
+            }
+        }
         j->reply.stream_cpu_s += r->stream_cpu_s;
         if (r->stream_gbps > 0 &&
             (j->reply.stream_gbps == 0 || r->stream_gbps < j->reply.stream_gbps)) {
@@ -335,6 +568,8 @@ static dt_status bench_coordinate(bench_job *j, dt_err *err)
     }
     for (size_t k = 0; st == DT_OK && k < j->reply.n_rows; k++)
         j->rows[k].cpu_s /= R;
+    for (size_t k = 0; st == DT_OK && k < j->reply.n_hier_rows; k++)
+        j->hrows[k].cpu_s /= R;
     for (int i = 0; i < R; i++)
         if (rc[i].reply)
             protobuf_c_message_free_unpacked(&rc[i].reply->base, NULL);
@@ -351,7 +586,9 @@ static void *job_main(void *arg)
     dt_err err = {0};
     dtrain__v1__comm_bench_reply__init(&j->reply);
     j->reply.rows = j->row_ptrs;
+    j->reply.hier_rows = j->hrow_ptrs;
     j->reply.world_size = (uint32_t)j->d->spec->world_size;
+    j->reply.devices = j->req->devices;
     j->st = j->coordinator ? bench_coordinate(j, &err) : bench_run(j, &err);
     if (j->st != DT_OK) {
         snprintf(j->error, sizeof j->error, "%s", err.msg);
@@ -429,6 +666,10 @@ bool dt_service_bench_handle_call(dt_service_bench *d, dt_rpc_call *call)
     if (!bad && q->wire && *q->wire && strcmp(q->wire, "f32") && strcmp(q->wire, "bf16") &&
         strcmp(q->wire, "f16"))
         bad = "wire must be f32, bf16 or f16";
+    if (!bad && q->devices > 16)
+        bad = "devices must be at most 16 replicas a daemon";
+    if (!bad && q->devices > 0 && q->wire && *q->wire && strcmp(q->wire, "f32"))
+        bad = "devices: the hierarchical all-reduce is float32 only (wire f32)";
     if (bad) {
         protobuf_c_message_free_unpacked(msg, NULL);
         dt_rpc_call_fail(call, DT_EINVAL, bad);
@@ -517,9 +758,12 @@ void dt_service_bench_free(dt_service_bench *d)
     /* The rpc server is gone and has answered our calls: abort the benches, drop the calls. */
     pthread_mutex_lock(&d->mu);
     d->stopping = 1;
-    for (bench_job *j = d->running; j; j = j->next)
+    for (bench_job *j = d->running; j; j = j->next) {
         if (j->comm)
             dt_comm_abort(j->comm, "the daemon is stopping");
+        if (j->hier)
+            dt_comm_hier_abort(j->hier, "the daemon is stopping");
+    }
     pthread_mutex_unlock(&d->mu);
     for (;;) {
         pthread_mutex_lock(&d->mu);

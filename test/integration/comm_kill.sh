@@ -19,6 +19,12 @@ for bad in "--sizes 4X" "--sizes ," "--wire f64" "--iters 0" "--streams 99" "--w
   dt_assert_eq "$rc" 2 "exit status of bench $bad"
 done
 dt_assert_contains "$DT_TEST_TMP/bad" "streams" "the error names the option"
+for bad in "--devices 0" "--devices 17" "--devices 2x" "--devices 2 --wire bf16"; do
+  # shellcheck disable=SC2086
+  if bench $bad >"$DT_TEST_TMP/bad" 2>&1; then dt_fail "bench $bad was accepted"; else rc=$?; fi
+  dt_assert_eq "$rc" 2 "exit status of bench $bad"
+  dt_assert_contains "$DT_TEST_TMP/bad" "devices" "the error for $bad names --devices"
+done
 
 # 1. exact results, bf16 wire too; JSON keys as DESIGN.md says.
 bench --verify --sizes 0,4,28,4092,12004,4M --iters 2 --no-stream --json >"$DT_TEST_TMP/v.json" || dt_fail "bench --verify failed"
@@ -42,6 +48,35 @@ bench --verify --wire bf16 --sizes 1M --iters 1 --no-stream >"$DT_TEST_TMP/bf16.
 dt_assert_contains "$DT_TEST_TMP/bf16.txt" "yes" "bf16 verified"
 dt_assert_contains "$DT_TEST_TMP/bf16.txt" "cpu/rank\(ms\)  verified$" "the table's CPU column"
 dt_assert_contains "$DT_TEST_TMP/bf16.txt" "^ +1M( +[0-9]+\.[0-9]{3}){4}  yes$" "the 1M row"
+
+# 1b. --devices: the hierarchical all-reduce, 3 daemons x 2 and x 3 CPU replicas (in-host
+# reduce-scatter, a host ring per replica index, in-host all-gather), exact sums and one set of
+# bits on every replica (sizes 0, 1, G-1, G*k+1 and 4 MB), next to the flat ring's rows.
+bench --devices 2 --verify --sizes 0,4,4004,4M --iters 2 --warmup-s 0 --no-stream --json >"$DT_TEST_TMP/h.json" ||
+  dt_fail "bench --devices 2 --verify failed: $(cat "$DT_TEST_TMP/h.json")"
+dt_assert_eq "$(dt_json_get devices "$DT_TEST_TMP/h.json")" 2 "devices"
+dt_assert_eq "$(dt_json_get replicas "$DT_TEST_TMP/h.json")" 6 "replicas: 3 daemons x 2"
+python3 - "$DT_TEST_TMP/h.json" <<'PY' || dt_fail "the hierarchical rows are not sane"
+import json, sys
+j = json.load(open(sys.argv[1]))
+rows, hier = j["rows"], j["hier_rows"]
+assert [r["bytes"] for r in hier] == [0, 4, 4004, 4 << 20], hier
+for r, f in zip(hier, rows):
+    assert r["verified"] is True, r
+    assert r["flat_time_s"] == f["time_s"], (r, f)
+    assert r["time_s"] > 0 and r["cpu_s"] > 0, r
+    # nccl-tests' busbw over all 6 replicas, not over the 3 daemons
+    assert abs(r["busbw_GBps"] - r["algbw_GBps"] * 2 * 5 / 6) <= 1e-9 * r["algbw_GBps"] + 1e-15, r
+    assert abs(r["algbw_GBps"] - r["bytes"] / r["time_s"] / 1e9) <= 1e-9 * r["algbw_GBps"] + 1e-15, r
+big = hier[3]
+print("4 MB, 3 daemons x 2 replicas: %.2f ms, busbw %.3f GB/s (flat ring over 3 daemons: %.2f ms)"
+      % (big["time_s"] * 1e3, big["busbw_GBps"], big["flat_time_s"] * 1e3))
+PY
+bench --devices 3 --verify --sizes 8,4,12004,1M --iters 1 --warmup-s 0.1 --no-stream >"$DT_TEST_TMP/h3.txt" ||
+  dt_fail "bench --devices 3 --verify failed: $(cat "$DT_TEST_TMP/h3.txt")"
+cat "$DT_TEST_TMP/h3.txt"
+dt_assert_contains "$DT_TEST_TMP/h3.txt" "^hierarchical all-reduce, 3 ranks x 3 CPU replicas \(9 replicas" "the hierarchical table's title"
+dt_assert_eq "$(grep -cE "^ +(8|4|12004|1M)( +[0-9]+\.[0-9]{3}){5}  yes$" "$DT_TEST_TMP/h3.txt")" 4 "verified hierarchical rows"
 
 # 2. kill -9 worker:2 in the middle of 64 MB all-reduces.
 bench --sizes 64M --iters 1000 --warmup 0 --no-stream >"$DT_TEST_TMP/kill.out" 2>&1 &
