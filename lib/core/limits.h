@@ -33,6 +33,7 @@
 #define DT_MAX_JPEG_SCANS    500           /* progressive scans: past it a file is a CPU bomb */
 #define DT_MAX_IMAGE_FILES   (1u << 24)    /* files of one image folder */
 #define DT_MAX_IMAGE_DATASET (16ull << 30) /* decoded images of one data set, in memory (uint8) */
+#define DT_MAX_DATA_THREADS  256           /* "num_parallel_calls": decoding threads of one load */
 #define DT_MAX_DATA_FILES    65536         /* files of one data set (after globbing) */
 #define DT_MAX_DATA_FEATURES 256           /* features of one record / CSV columns used */
 #define DT_MAX_CSV_COLUMNS   65536         /* columns of one CSV line */

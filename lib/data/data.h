@@ -28,8 +28,9 @@
  * at load time with their scale applied. Several TFRecord features are concatenated, flattened,
  * in the spec's order.
  *
- * Encoded images (JPEG, PNG) are decoded at load time, all of them, by a small pool of threads
- * (the result does not depend on the pool: row i is file i). An image folder keeps them as uint8
+ * Encoded images (JPEG, PNG) are decoded at load time by a pool of "num_parallel_calls"
+ * threads (the result does not depend on the pool: row i is file i); a worker of a job sharded
+ * by FILE decodes only its own files (dt_dataset_load_shard). An image folder keeps them as uint8
  * at the target size [h, w, c] (a 224x224 RGB image is 147 KB), the total checked against
  * DT_MAX_IMAGE_DATASET before anything is allocated. Keras's tf.image.resize gives float32; we
  * round its result to uint8, so values differ from Keras's by at most 0.5 (nearest: equal). A
@@ -132,7 +133,8 @@ typedef struct dt_image_opts {
     bool dct_scaling; /* JPEG: decode at 1/2, 1/4 or 1/8 scale while that stays >= the target */
     bool dct_fast;    /* JPEG: TF's default INTEGER_FAST IDCT instead of INTEGER_ACCURATE */
     dt_on_error on_error;
-    int threads; /* decoding threads at load; 0 = one per online CPU, at most 16 */
+    int threads; /* decoding threads at load ("num_parallel_calls"); 0 = AUTOTUNE: one per
+                    online CPU */
 } dt_image_opts;
 
 /* Keras's defaults: 256x256 rgb, bilinear, no crop; DCT scaling on, accurate IDCT, fail. */
@@ -188,6 +190,8 @@ typedef struct dt_data_spec {
     dt_shuffle shuffle;
     uint64_t seed; /* default 0 */
     dt_shard_policy shard_policy;
+    int num_parallel_calls; /* "num_parallel_calls": decoding threads, 0 = "AUTOTUNE" (the
+                               online CPUs); copied into train/validation image.threads */
 } dt_data_spec;
 
 /* Parses a job spec's "data" object. json_path names obj in messages ("$.data"), so errors read
@@ -232,6 +236,12 @@ typedef struct dt_dataset {
     size_t nfiles;
     char **file_names;  /* (nfiles) */
     size_t *file_start; /* (nfiles + 1) */
+    /* A dataset decoded for one FILE shard only (dt_dataset_load_shard): x holds the rows of
+     * this worker's files, example i at row x_row[i], SIZE_MAX for an example not held here
+     * (another worker's file, or one of ours skipped by on_error "skip"). NULL: row i. */
+    size_t *x_row;     /* (n) or NULL */
+    int shard_workers; /* 0: every example decoded; else decoded for FILE worker */
+    int shard_index;   /* shard_index of shard_workers */
 } dt_dataset;
 
 /* Reads and decodes every file of src. Errors name the file and the offset or record. The
@@ -239,13 +249,37 @@ typedef struct dt_dataset {
 dt_status dt_dataset_load(const dt_data_source *src, dt_dataset **out, dt_err *err);
 void dt_dataset_free(dt_dataset *ds);
 
+/* Called by the loading thread every ~2 s and at the end of a long decode: done of total. */
+typedef void (*dt_data_progress_fn)(void *arg, size_t done, size_t total);
+
+typedef struct dt_data_load_opts {
+    /* The shard this process will read: with policy resolving to FILE and num_workers > 1, an
+     * image folder decodes only the files of worker_index (file f when f % W == w); the other
+     * files keep their place and label (every worker plans the same steps) with no pixels
+     * (x_row). DATA and OFF read every element, so everything is decoded. */
+    dt_shard_policy policy;
+    int num_workers, worker_index; /* 0 workers: one */
+    dt_data_progress_fn progress;  /* optional; runs on the calling thread */
+    void *progress_arg;
+} dt_data_load_opts;
+
+/* dt_dataset_load for one worker of a sharded job (o NULL: every example). With on_error
+ * "skip", a skipped file of the worker's shard still counts one example in file_start (the
+ * other workers, which did not decode it, plan with it) and has no row: the pipeline leaves it
+ * out of its batch, which is then one short, and global_n still counts it. */
+dt_status dt_dataset_load_shard(const dt_data_source *src, const dt_data_load_opts *o,
+                                dt_dataset **out, dt_err *err);
+
 /* Readers, one per format (they fill a fresh dataset; the caller owns it). */
 dt_status dt_idx_load(const char *images, const char *labels, float scale, int image_rank,
                       const int64_t *image_shape, dt_dataset **out, dt_err *err);
 dt_status dt_csv_load(const dt_data_source *src, dt_dataset **out, dt_err *err);
 dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *err);
-/* Decodes src->files (an indexed image folder) with a pool of threads; row i is file i. */
-dt_status dt_image_folder_load(const dt_data_source *src, dt_dataset **out, dt_err *err);
+/* Decodes src->files (an indexed image folder) with a pool of src->image.threads threads,
+ * placing results by file index, so the bytes do not depend on the thread count; row i is
+ * file i. o (may be NULL) restricts decoding to a FILE shard (see dt_dataset_load_shard). */
+dt_status dt_image_folder_load(const dt_data_source *src, const dt_data_load_opts *o,
+                               dt_dataset **out, dt_err *err);
 
 /* ------------------------------------------------------------------------------- images -- */
 

@@ -45,10 +45,17 @@ void dt_dataset_free(dt_dataset *ds)
         free(ds->file_names[f]);
     free(ds->file_names);
     free(ds->file_start);
+    free(ds->x_row);
     free(ds);
 }
 
 dt_status dt_dataset_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
+{
+    return dt_dataset_load_shard(src, NULL, out, err);
+}
+
+dt_status dt_dataset_load_shard(const dt_data_source *src, const dt_data_load_opts *o,
+                                dt_dataset **out, dt_err *err)
 {
     *out = NULL;
     switch (src->format) {
@@ -60,7 +67,7 @@ dt_status dt_dataset_load(const dt_data_source *src, dt_dataset **out, dt_err *e
     case DT_DATA_FORMAT_TFRECORD:
         return dt_tfrecord_load(src, out, err);
     case DT_DATA_FORMAT_IMAGE_FOLDER:
-        return dt_image_folder_load(src, out, err);
+        return dt_image_folder_load(src, o, out, err);
     }
     return dt_err_set(err, DT_EINVAL, "data: unknown format %d", (int)src->format);
 }

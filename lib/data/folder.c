@@ -15,6 +15,7 @@
  *   4. split: n_val = int(validation_split * n); "validation" is the last n_val files,
  *      "training" the ones before. */
 #include "data/data_internal.h"
+#include "core/clock.h"
 #include "core/log.h"
 
 #include <dirent.h>
@@ -395,154 +396,236 @@ fail:
 typedef struct pool_worker {
     pthread_t tid;
     struct pool_job *job;
-    size_t first_bad; /* lowest index this worker could not decode (SIZE_MAX: none) */
+    size_t first_bad; /* lowest row this worker could not decode (SIZE_MAX: none) */
     dt_err err;       /* its reason */
     size_t bad;       /* how many it could not decode */
+    bool reporter;    /* worker 0, the loading thread: reports progress */
 } pool_worker;
 
 typedef struct pool_job {
     const dt_data_source *src;
-    uint8_t *x; /* (n, row) */
+    const size_t *todo; /* (m) file index of each row, increasing */
+    uint8_t *x;         /* (m, row) */
     size_t row;
-    bool *ok; /* (n) */
-    atomic_size_t next;
-    atomic_size_t stop_after; /* fail mode: indices past the lowest failure are not needed */
-    size_t n;
+    bool *ok; /* (m) */
+    atomic_size_t next, done;
+    atomic_size_t stop_after; /* fail mode: rows past the lowest failure are not needed */
+    size_t m;
+    /* progress, reported by worker 0 (the loading thread) only */
+    const dt_data_load_opts *lo;
+    int64_t t0, last_ms;
 } pool_job;
+
+/* Worker 0's progress line every 5 s of a long decode, and the caller's callback every 2 s. */
+static void pool_progress(pool_job *j)
+{
+    int64_t now = dt_now_ms();
+    if (now - j->last_ms < 2000)
+        return;
+    size_t done = atomic_load(&j->done);
+    if (j->lo && j->lo->progress)
+        j->lo->progress(j->lo->progress_arg, done, j->m);
+    if (now - j->t0 >= 5000 && (now - j->t0) / 5000 != (j->last_ms - j->t0) / 5000)
+        DT_INFO("data", "image_folder %s: decoded %zu of %zu images (%.0f/s)",
+                j->src->directory ? j->src->directory : "?", done, j->m,
+                (double)done * 1000.0 / (double)(now - j->t0));
+    j->last_ms = now;
+}
 
 static void *pool_run(void *arg)
 {
     pool_worker *w = arg;
     pool_job *j = w->job;
     for (;;) {
-        size_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->n)
+        size_t k = atomic_fetch_add(&j->next, 1);
+        if (k >= j->m)
             break;
-        /* Every index below the lowest failure is still decoded, so the error reported is the
+        /* Every row below the lowest failure is still decoded, so the error reported is the
          * first bad file in order whatever the threads' timing. */
-        if (i > atomic_load(&j->stop_after))
+        if (k > atomic_load(&j->stop_after))
             continue;
-        const char *path = j->src->files[i];
+        const char *path = j->src->files[j->todo[k]];
         char *data = NULL;
         size_t len = 0;
         dt_err e = {0};
         dt_status st = dt_file_read_regular(path, DT_MAX_IMAGE_FILE, &data, &len, &e);
         if (st == DT_OK)
             st = dt_image_load_u8((const uint8_t *)data, len, &j->src->image, path,
-                                  j->x + i * j->row, &e);
+                                  j->x + k * j->row, &e);
         free(data);
-        j->ok[i] = st == DT_OK;
+        j->ok[k] = st == DT_OK;
+        atomic_fetch_add(&j->done, 1);
+        if (w->reporter)
+            pool_progress(j);
         if (st == DT_OK)
             continue;
         w->bad++;
-        if (i < w->first_bad) {
-            w->first_bad = i;
+        if (k < w->first_bad) {
+            w->first_bad = k;
             w->err = e;
             w->err.code = st;
         }
         if (j->src->image.on_error == DT_ON_ERROR_FAIL) {
             size_t cur = atomic_load(&j->stop_after);
-            while (i < cur && !atomic_compare_exchange_weak(&j->stop_after, &cur, i))
+            while (k < cur && !atomic_compare_exchange_weak(&j->stop_after, &cur, k))
                 ;
         }
     }
     return NULL;
 }
 
+/* "num_parallel_calls" threads (0 = AUTOTUNE: the online CPUs), never more than the files. */
 static int pool_threads(const dt_image_opts *o, size_t n)
 {
     long t = o->threads > 0 ? o->threads : sysconf(_SC_NPROCESSORS_ONLN);
     if (t < 1)
         t = 1;
-    if (t > 16)
-        t = 16;
+    if (t > DT_MAX_DATA_THREADS)
+        t = DT_MAX_DATA_THREADS;
     if ((size_t)t > n)
         t = (long)n;
     return (int)t;
 }
 
-dt_status dt_image_folder_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
+/* Decodes the files todo[0..m) into job->x (row k = file todo[k]) on nt threads, the calling
+ * thread being one of them. Returns how many failed; *fw the worker with the first failure. */
+static size_t pool_decode(pool_job *job, pool_worker *ws, int nt, int *fw)
 {
-    dt_status st = DT_OK;
-    dt_dataset *ds = NULL;
-    pool_worker *ws = NULL;
-    size_t *counts = NULL;
-    const dt_image_opts *o = &src->image;
-    pool_job job = {.src = src, .n = src->nfiles};
-    *out = NULL;
-    size_t n = src->nfiles;
-    if (n == 0 || o->height < 1 || o->width < 1 || o->channels < 1)
-        return dt_err_set(err, DT_EINVAL, "image_folder %s: no files or no image_size",
-                          src->directory ? src->directory : "?");
-    job.row = (size_t)o->height * (size_t)o->width * (size_t)o->channels;
-    if ((uint64_t)n * job.row > DT_MAX_IMAGE_DATASET)
-        return dt_err_set(err, DT_ETOOBIG,
-                          "image_folder %s: %zu images of %dx%dx%d are %.2f GiB decoded, over the "
-                          "%.0f GiB limit (DT_MAX_IMAGE_DATASET); use a smaller image_size or "
-                          "fewer files",
-                          src->directory, n, o->height, o->width, o->channels,
-                          (double)n * (double)job.row / (1u << 30),
-                          (double)DT_MAX_IMAGE_DATASET / (1u << 30));
-    DT_TRY(dt__dataset_new(&ds, err));
-    job.x = malloc(n * job.row);
-    job.ok = calloc(n, sizeof(bool));
-    counts = calloc(n, sizeof(size_t));
-    int nt = pool_threads(o, n);
-    ws = calloc((size_t)nt, sizeof *ws);
-    if (!job.x || !job.ok || !counts || !ws) {
-        st = dt_err_set(err, DT_ENOMEM, "image_folder %s: cannot allocate %.2f GiB for %zu images",
-                        src->directory, (double)n * (double)job.row / (1u << 30), n);
-        goto fail;
-    }
-    atomic_init(&job.next, 0);
-    atomic_init(&job.stop_after, SIZE_MAX);
+    atomic_init(&job->next, 0);
+    atomic_init(&job->done, 0);
+    atomic_init(&job->stop_after, SIZE_MAX);
+    job->t0 = job->last_ms = dt_now_ms();
     int started = 0;
     for (int t = 0; t < nt; t++) {
-        ws[t].job = &job;
+        ws[t].job = job;
         ws[t].first_bad = SIZE_MAX;
+        ws[t].reporter = t == 0;
         if (t > 0 && pthread_create(&ws[t].tid, NULL, pool_run, &ws[t]) != 0)
-            break;
+            break; /* fewer threads: the ones started (and the caller) do all the work */
         started = t + 1;
     }
     pool_run(&ws[0]); /* the calling thread is worker 0 */
     for (int t = 1; t < started; t++)
         pthread_join(ws[t].tid, NULL);
     size_t bad = 0, first = SIZE_MAX;
-    int fw = 0;
+    *fw = 0;
     for (int t = 0; t < started; t++) {
         bad += ws[t].bad;
         if (ws[t].first_bad < first) {
             first = ws[t].first_bad;
-            fw = t;
+            *fw = t;
         }
     }
+    return bad;
+}
+
+dt_status dt_image_folder_load(const dt_data_source *src, const dt_data_load_opts *lo,
+                               dt_dataset **out, dt_err *err)
+{
+    dt_status st = DT_OK;
+    dt_dataset *ds = NULL;
+    pool_worker *ws = NULL;
+    size_t *counts = NULL, *todo = NULL;
+    const dt_image_opts *o = &src->image;
+    pool_job job = {.src = src, .lo = lo};
+    *out = NULL;
+    size_t n = src->nfiles;
+    const char *dir = src->directory ? src->directory : "?";
+    if (n == 0 || o->height < 1 || o->width < 1 || o->channels < 1)
+        return dt_err_set(err, DT_EINVAL, "image_folder %s: no files or no image_size", dir);
+    /* Which files this process decodes: a FILE shard's, or all of them. */
+    int W = lo && lo->num_workers > 1 ? lo->num_workers : 1;
+    dt_shard_plan plan = {.policy = DT_SHARD_OFF, .num_workers = 1};
+    if (W > 1)
+        DT_TRY(dt_shard_resolve(lo->policy, n, W, lo->worker_index, &plan, err));
+    bool partial = plan.policy == DT_SHARD_FILE;
+    todo = malloc(n * sizeof *todo);
+    if (!todo)
+        return dt_err_set(err, DT_ENOMEM, "image_folder: out of memory");
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (dt_shard_reads_file(&plan, i))
+            todo[m++] = i;
+    job.todo = todo;
+    job.m = m;
+    job.row = (size_t)o->height * (size_t)o->width * (size_t)o->channels;
+    if ((uint64_t)m * job.row > DT_MAX_IMAGE_DATASET) {
+        st = dt_err_set(err, DT_ETOOBIG,
+                        "image_folder %s: %zu images of %dx%dx%d are %.2f GiB decoded, over the "
+                        "%.0f GiB limit (DT_MAX_IMAGE_DATASET); use a smaller image_size, fewer "
+                        "files or more workers (shard_policy FILE)",
+                        dir, m, o->height, o->width, o->channels,
+                        (double)m * (double)job.row / (1u << 30),
+                        (double)DT_MAX_IMAGE_DATASET / (1u << 30));
+        goto fail;
+    }
+    DT_TRY_GOTO(dt__dataset_new(&ds, err), st, fail);
+    job.x = malloc(m * job.row);
+    job.ok = calloc(m, sizeof(bool));
+    counts = calloc(n, sizeof(size_t));
+    int nt = pool_threads(o, m);
+    ws = calloc((size_t)nt, sizeof *ws);
+    if (!job.x || !job.ok || !counts || !ws) {
+        st = dt_err_set(err, DT_ENOMEM, "image_folder %s: cannot allocate %.2f GiB for %zu images",
+                        dir, (double)m * (double)job.row / (1u << 30), m);
+        goto fail;
+    }
+    int fw;
+    size_t bad = pool_decode(&job, ws, nt, &fw);
+    int64_t ms = dt_now_ms() - job.t0;
+    if (lo && lo->progress)
+        lo->progress(lo->progress_arg, m, m);
     if (bad && o->on_error == DT_ON_ERROR_FAIL) {
         *err = ws[fw].err;
         st = ws[fw].err.code ? ws[fw].err.code : DT_EINVAL;
         goto fail;
     }
-    if (bad == n) {
+    if (bad == m) {
         st = dt_err_set(err, DT_EINVAL, "image_folder %s: none of the %zu files decoded; first: %s",
-                        src->directory, n, ws[fw].err.msg);
+                        dir, m, ws[fw].err.msg);
         goto fail;
     }
     if (bad)
         DT_WARN("data",
                 "image_folder %s: skipped %zu of %zu files that could not be decoded "
-                "(\"on_error\": \"skip\"); first: %s",
-                src->directory, bad, n, ws[fw].err.msg);
-    /* Compact the decoded rows in file order; a skipped file keeps its place in the file list
-     * (FILE sharding counts files) with no example. */
+                "(\"on_error\": \"skip\")%s; first: %s",
+                dir, bad, m,
+                partial ? " (each leaves its step one example short: the other workers plan "
+                          "with it)"
+                        : "",
+                ws[fw].err.msg);
+    DT_INFO("data", "image_folder %s: decoded %zu of %zu files%s in %.1f s on %d threads (%.0f/s)",
+            dir, m - bad, n, partial ? " (this worker's FILE shard)" : "", (double)ms / 1000.0, nt,
+            ms > 0 ? (double)m * 1000.0 / (double)ms : 0.0);
+    /* Compact the decoded rows in file order. Everything decoded: a skipped file keeps its
+     * place in the file list (FILE sharding counts files) with no example. A shard: every file
+     * keeps one example, held (x_row) or not. */
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!job.ok[i])
+    if (partial) {
+        ds->x_row = malloc(n * sizeof(size_t));
+        if (!ds->x_row) {
+            st = dt_err_set(err, DT_ENOMEM, "image_folder: out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < n; i++) {
+            ds->x_row[i] = SIZE_MAX;
+            counts[i] = 1;
+        }
+        ds->shard_workers = W;
+        ds->shard_index = lo->worker_index;
+    }
+    for (size_t r = 0; r < m; r++) {
+        if (!job.ok[r])
             continue;
-        if (k != i)
-            memmove(job.x + k * job.row, job.x + i * job.row, job.row);
-        counts[i] = 1;
+        if (k != r)
+            memmove(job.x + k * job.row, job.x + r * job.row, job.row);
+        if (partial)
+            ds->x_row[todo[r]] = k;
+        else
+            counts[r] = 1;
         k++;
     }
-    ds->n = k;
+    ds->n = partial ? n : k;
     ds->x_u8 = job.x;
     job.x = NULL;
     ds->x_scale = src->scale;
@@ -552,32 +635,33 @@ dt_status dt_image_folder_load(const dt_data_source *src, dt_dataset **out, dt_e
     ds->x_shape[2] = o->channels;
     ds->x_size = job.row;
     if (src->label_mode != DT_LABEL_MODE_NONE && src->file_labels) {
-        size_t nc = src->nclasses;
+        size_t nc = src->nclasses, ne = ds->n;
         bool onehot = src->label_mode == DT_LABEL_MODE_CATEGORICAL;
         ds->y_size = onehot ? nc : 1;
         if (src->label_mode == DT_LABEL_MODE_INT) {
             ds->y_kind = DT_LABEL_INT32;
-            ds->y_i32 = malloc((k ? k : 1) * sizeof(int32_t));
+            ds->y_i32 = malloc((ne ? ne : 1) * sizeof(int32_t));
         } else {
             ds->y_kind = DT_LABEL_FLOAT;
-            ds->y_f32 = calloc((k ? k : 1) * ds->y_size, sizeof(float));
+            ds->y_f32 = calloc((ne ? ne : 1) * ds->y_size, sizeof(float));
         }
         if (!ds->y_i32 && !ds->y_f32) {
             st = dt_err_set(err, DT_ENOMEM, "image_folder: out of memory");
             goto fail;
         }
         ds->num_classes = ds->y_kind == DT_LABEL_INT32 ? (int)nc : 0;
-        for (size_t i = 0, r = 0; i < n; i++) {
-            if (!job.ok[i])
+        /* Labels of every example: a shard's unheld files too (they cost 4 bytes each). */
+        for (size_t i = 0, e = 0; i < n; i++) {
+            if (!counts[i])
                 continue;
             int32_t l = src->file_labels[i];
             if (ds->y_i32)
-                ds->y_i32[r] = l;
+                ds->y_i32[e] = l;
             else if (onehot)
-                ds->y_f32[r * nc + (size_t)l] = 1.0f;
+                ds->y_f32[e * nc + (size_t)l] = 1.0f;
             else
-                ds->y_f32[r] = (float)l;
-            r++;
+                ds->y_f32[e] = (float)l;
+            e++;
         }
     }
     DT_TRY_GOTO(dt__dataset_set_files(ds, src->files, n, counts, err), st, fail);
@@ -588,6 +672,7 @@ fail:
     free(job.x);
     free(job.ok);
     free(counts);
+    free(todo);
     free(ws);
     return st;
 }

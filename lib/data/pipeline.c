@@ -102,16 +102,21 @@ static void fill_step(dt_pipeline *p, int64_t s, int64_t epoch)
         hi = p->local_n;
     int n = lo < hi ? (int)(hi - lo) : 0;
     size_t xs = ds->x_size;
-    for (int i = 0; i < n; i++) {
-        size_t idx = p->mine[lo + (size_t)i];
+    int held = 0; /* rows written: an example with no row (x_row) is left out */
+    for (int e = 0; e < n; e++) {
+        size_t idx = p->mine[lo + (size_t)e];
+        size_t row = ds->x_row ? ds->x_row[idx] : idx;
+        if (row == SIZE_MAX)
+            continue;
+        int i = held++;
         float *dst = bt->x + (size_t)i * xs; /* (xs) */
         if (ds->x_u8) {
-            const uint8_t *src = ds->x_u8 + idx * xs;
+            const uint8_t *src = ds->x_u8 + row * xs;
             float sc = ds->x_scale;
             for (size_t k = 0; k < xs; k++)
                 dst[k] = (float)src[k] * sc;
         } else {
-            memcpy(dst, ds->x_f32 + idx * xs, xs * sizeof(float));
+            memcpy(dst, ds->x_f32 + row * xs, xs * sizeof(float));
         }
         if (bt->y_i32)
             bt->y_i32[i] = ds->y_i32[idx];
@@ -120,7 +125,7 @@ static void fill_step(dt_pipeline *p, int64_t s, int64_t epoch)
                    ds->y_size * sizeof(float));
         bt->index[i] = idx;
     }
-    bt->n = n;
+    bt->n = held;
     bt->global_n = p->o.drop_remainder ? (int64_t)p->o.global_batch : step_global_n(p, s);
     bt->step = s;
     bt->epoch = epoch;
@@ -220,6 +225,15 @@ dt_status dt_pipeline_new(const dt_dataset *ds, const dt_pipeline_opts *opts, dt
     pthread_condattr_destroy(&ca);
 
     DT_TRY_GOTO(dt_shard_resolve(o.policy, ds->nfiles, p->W, p->w, &p->plan, err), st, fail);
+    if (ds->shard_workers &&
+        (p->plan.policy != DT_SHARD_FILE || p->W != ds->shard_workers || p->w != ds->shard_index)) {
+        st = dt_err_set(err, DT_EINVAL,
+                        "pipeline: the data set was decoded for FILE shard %d of %d only, not for "
+                        "%s worker %d of %d",
+                        ds->shard_index, ds->shard_workers, dt_shard_policy_name(p->plan.policy),
+                        p->w, p->W);
+        goto fail;
+    }
     /* Every replica's count, from the pure shard plan: this is what makes steps_per_epoch
      * and each step's global_n identical everywhere without any communication. */
     p->rep_counts = calloc((size_t)R, sizeof(size_t));

@@ -563,6 +563,25 @@ dt_status dt_data_source_parse(const cJSON *obj, const char *json_path, const ch
     return st;
 }
 
+/* "num_parallel_calls": N (1..DT_MAX_DATA_THREADS) or "AUTOTUNE" (or tf.data.AUTOTUNE's -1),
+ * into *out (0 = AUTOTUNE, also when absent: tf.data's usual choice for decoding maps). */
+static dt_status parse_parallel_calls(const cJSON *v, const char *path, int *out, dt_err *err)
+{
+    *out = 0;
+    if (!v || (cJSON_IsString(v) && strcmp(v->valuestring, "AUTOTUNE") == 0))
+        return DT_OK;
+    if (cJSON_IsNumber(v) && v->valuedouble == -1)
+        return DT_OK;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > DT_MAX_DATA_THREADS ||
+        v->valuedouble != floor(v->valuedouble))
+        return dt_err_set(err, DT_EINVAL,
+                          "%s.num_parallel_calls: expected a number of threads 1..%d or "
+                          "\"AUTOTUNE\" (one per CPU)",
+                          path, DT_MAX_DATA_THREADS);
+    *out = (int)v->valuedouble;
+    return DT_OK;
+}
+
 dt_status dt_data_spec_parse(const cJSON *obj, const char *json_path, const char *base_dir,
                              dt_data_spec *out, dt_err *err)
 {
@@ -573,8 +592,8 @@ dt_status dt_data_spec_parse(const cJSON *obj, const char *json_path, const char
         json_path = "$.data";
     if (!cJSON_IsObject(obj))
         return dt_err_set(err, DT_EINVAL, "%s: expected an object with \"train\"", json_path);
-    static const char *const keys[] = {"train", "validation",   "shuffle",
-                                       "seed",  "shard_policy", NULL};
+    static const char *const keys[] = {"train",        "validation",         "shuffle", "seed",
+                                       "shard_policy", "num_parallel_calls", NULL};
     DT_TRY(check_keys(obj, json_path, keys, err));
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(obj, "train");
     snprintf(p, sizeof p, "%s.train", json_path);
@@ -619,6 +638,11 @@ dt_status dt_data_spec_parse(const cJSON *obj, const char *json_path, const char
             goto fail;
         }
     }
+    DT_TRY_GOTO(parse_parallel_calls(cJSON_GetObjectItemCaseSensitive(obj, "num_parallel_calls"),
+                                     json_path, &out->num_parallel_calls, err),
+                st, fail);
+    out->train.image.threads = out->num_parallel_calls;
+    out->validation.image.threads = out->num_parallel_calls;
     return DT_OK;
 fail:
     dt_data_spec_destroy(out);
