@@ -32,6 +32,18 @@ static bool in_list(const char *const *list, const char *key)
     return false;
 }
 
+/* Integer inputs (token ids for an Embedding) arrive as exact floats: an InputLayer may declare
+ * them. Every other tensor is float32. */
+static bool int_dtype(const char *name)
+{
+    static const char *const ints[] = {"int8",  "int16",  "int32",  "int64",
+                                       "uint8", "uint16", "uint32", "uint64"};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (!strcmp(name, ints[i]))
+            return true;
+    return false;
+}
+
 static dt_status check_dtype(const dt__nn_layer *l, const cJSON *cfg, const char *key, dt_err *err)
 {
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(cfg, key);
@@ -45,10 +57,13 @@ static dt_status check_dtype(const dt__nn_layer *l, const cJSON *cfg, const char
         const cJSON *n = c ? cJSON_GetObjectItemCaseSensitive(c, "name") : NULL;
         name = cJSON_IsString(n) ? n->valuestring : NULL;
     }
+    if (name && l->vt == &dt__nn_input_layer && int_dtype(name))
+        return DT_OK;
     if (!name || strcmp(name, "float32") != 0)
-        return dt__nn_layer_err(l, DT_ENOTSUP, err,
-                                "option '%s': %s is not supported (only float32)", key,
-                                name ? name : "this dtype");
+        return dt__nn_layer_err(
+            l, DT_ENOTSUP, err, "option '%s': %s is not supported (only float32%s)", key,
+            name ? name : "this dtype",
+            l->vt == &dt__nn_input_layer ? ", or an integer type for token ids" : "");
     return DT_OK;
 }
 

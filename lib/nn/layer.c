@@ -47,6 +47,15 @@ static const dt__nn_layer_vt *const classes[] = {
     &dt__nn_depthwise_conv2d,
     &dt__nn_separable_conv2d,
     &dt__nn_spatial_dropout2d,
+    &dt__nn_embedding,
+    &dt__nn_conv1d,
+    &dt__nn_maxpool1d,
+    &dt__nn_avgpool1d,
+    &dt__nn_gap1d,
+    &dt__nn_gmp1d,
+    &dt__nn_layernorm,
+    &dt__nn_time_distributed,
+    &dt__nn_spatial_dropout1d,
 };
 
 const dt__nn_layer_vt *dt__nn_find_class(const char *class_name)
@@ -61,12 +70,22 @@ const dt__nn_layer_vt *dt__nn_find_class(const char *class_name)
         return &dt__nn_avgpool2d;
     if (strcmp(class_name, "Convolution2D") == 0)
         return &dt__nn_conv2d;
+    if (strcmp(class_name, "Convolution1D") == 0 || strcmp(class_name, "Conv1d") == 0)
+        return &dt__nn_conv1d;
+    if (strcmp(class_name, "MaxPool1D") == 0)
+        return &dt__nn_maxpool1d;
+    if (strcmp(class_name, "AvgPool1D") == 0)
+        return &dt__nn_avgpool1d;
+    if (strcmp(class_name, "GlobalAvgPool1D") == 0)
+        return &dt__nn_gap1d;
+    if (strcmp(class_name, "GlobalMaxPool1D") == 0)
+        return &dt__nn_gmp1d;
     return NULL;
 }
 
 const char *dt__nn_class_list(void)
 {
-    static char buf[1024];
+    static char buf[2048];
     if (!buf[0]) {
         size_t off = 0;
         for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)

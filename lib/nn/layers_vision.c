@@ -542,12 +542,15 @@ static dt_status sdrop_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
 static dt_status sdrop_build(dt__nn_layer *l, dt_err *err)
 {
     const dt_nn_shape *in = &l->in_shape[0];
-    if (in->rank != 3)
+    if (l->vt == &dt__nn_spatial_dropout1d && in->rank != 2)
+        return dt__nn_layer_err(l, DT_EINVAL, err,
+                                "needs a (timesteps, channels) input, got rank %d", in->rank);
+    if (l->vt == &dt__nn_spatial_dropout2d && in->rank != 3)
         return dt__nn_layer_err(l, DT_EINVAL, err,
                                 "needs a (height, width, channels) input, got rank %d", in->rank);
     l->out = *in;
     l->aux_bytes = dt__nn_shape_size(in) * sizeof(float); /* the mask */
-    l->col_floats = 2 * (size_t)in->d[2];                 /* ones and the draws, per sample */
+    l->col_floats = 2 * (size_t)in->d[in->rank - 1];      /* ones and the draws, per sample */
     return DT_OK;
 }
 
@@ -563,7 +566,7 @@ static void sdrop_forward(dt__nn_layer *l, dt__nn_ctx *c)
         c->ops->copy(total, dt__nn_x(c, l, 0), l->y, false);
         return;
     }
-    int C = l->out.d[2], hw = l->out.d[0] * l->out.d[1];
+    int C = l->out.d[l->out.rank - 1], hw = (int)(dt__nn_shape_size(&l->out) / (size_t)C);
     size_t nc = (size_t)c->n * C;
     float *ones = c->col, *draw = c->col + nc, *mask = l->aux;
     c->ops->fill(nc, 1.0f, ones);
@@ -594,4 +597,16 @@ const dt__nn_layer_vt dt__nn_spatial_dropout2d = {
     .forward = sdrop_forward,
     .backward = sdrop_backward,
     .keys = sdrop_keys,
+};
+
+/* SpatialDropout1D: whole channels of a (timesteps, channels) input, Keras's noise_shape
+ * (batch, 1, channels); it passes the mask as Keras's Dropout does. */
+const dt__nn_layer_vt dt__nn_spatial_dropout1d = {
+    .class_name = "SpatialDropout1D",
+    .parse = sdrop_parse,
+    .build = sdrop_build,
+    .forward = sdrop_forward,
+    .backward = sdrop_backward,
+    .keys = sdrop_keys,
+    .mask = DT_NN_MASK_PASS,
 };

@@ -51,7 +51,8 @@ static dt__nn_layer *root(dt_model *m, dt__nn_layer *l)
 static bool has_fused_act(const dt__nn_layer *l)
 {
     return l->vt == &dt__nn_dense || l->vt == &dt__nn_conv2d || l->vt == &dt__nn_depthwise_conv2d ||
-           l->vt == &dt__nn_separable_conv2d;
+           l->vt == &dt__nn_separable_conv2d || l->vt == &dt__nn_conv1d ||
+           l->vt == &dt__nn_time_distributed;
 }
 
 static void free_buffers(dt_model *m)
@@ -562,15 +563,21 @@ static void beat(dt_model *m)
         atomic_store_explicit(m->beat, dt_now_ms(), memory_order_relaxed);
 }
 
-static void forward(dt_model *m, const float *x, int n, bool training)
+/* Fails on the first layer whose check finds the batch wrong (an id outside an Embedding's
+ * table): the step stops there, before a loss or a gradient is computed from it. */
+static dt_status forward(dt_model *m, const float *x, int n, bool training, dt_err *err)
 {
     dt__nn_layer *in = &m->g.layers[0];
     m->ops->upload(in->y, x, (size_t)n * dt__nn_shape_size(&in->out) * sizeof(float));
     dt__nn_ctx c = ctx(m, n, training);
     for (int i = 1; i < m->g.n; i++) {
-        m->g.layers[i].vt->forward(&m->g.layers[i], &c);
+        dt__nn_layer *l = &m->g.layers[i];
+        l->vt->forward(l, &c);
+        if (l->vt->check)
+            DT_TRY(l->vt->check(l, &c, err));
         beat(m);
     }
+    return DT_OK;
 }
 
 /* Keras fuses a final softmax (sigmoid) into a cross-entropy given probabilities, computing it
@@ -752,7 +759,7 @@ dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_b
         return dt_err_set(err, DT_EINVAL, "model: global batch %d is smaller than the batch %d",
                           global_batch, b->n);
     DT_TRY(reserve(m, b->n, err));
-    forward(m, b->x, b->n, true);
+    DT_TRY(forward(m, b->x, b->n, true, err));
     double l = compute_loss(m, loss, b, 1.0f / (float)global_batch);
 
     /* Backward in reverse topological order. The output's dy was written by the loss; every
@@ -805,7 +812,7 @@ dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_er
     if (n < 1 || !x)
         return dt_err_set(err, DT_EINVAL, "model: empty batch");
     DT_TRY(reserve(m, n, err));
-    forward(m, x, n, false);
+    DT_TRY(forward(m, x, n, false, err));
     dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
     m->ops->download(out, o->y, (size_t)n * dt_model_output_size(m) * sizeof(float));
     return DT_OK;
@@ -821,7 +828,7 @@ dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_model_bat
 {
     DT_TRY(check_batch(m, b, loss, err));
     DT_TRY(reserve(m, b->n, err));
-    forward(m, b->x, b->n, false);
+    DT_TRY(forward(m, b->x, b->n, false, err));
     double l = compute_loss(m, loss, b, 1.0f / (float)b->n);
     double reg = 0;
     for (int i = 1; i < m->g.n; i++)

@@ -311,6 +311,34 @@ typedef struct dt_nn_ops {
      * max_bwd: dx (=/+=) dy where arg == i, else 0. */
     void (*max_fwd)(size_t n, int k, const float *const *xs, float *y, uint8_t *arg);
     void (*max_bwd)(size_t n, int i, const uint8_t *arg, const float *dy, float *dx, bool acc);
+
+    /* Sequence kernels (layers_seq.c).
+     * embed_fwd: y (n, dim) = row ids[i] of table (rows, dim), the float id truncated toward
+     *   zero as Keras casts it; an id outside [0, rows) (NaN included) reads nothing: its row of
+     *   y is zeros and it is counted in bad (device memory, 3 floats, written every call): the
+     *   count, the first such id and its index i. mask (n; NULL: none) = ids[i] != 0 (Keras's
+     *   mask_zero).
+     * embed_bwd: dtable (rows, dim) = the sum of dy's row i into row ids[i] over i in order
+     *   (written, not added: rows no id names get 0; deterministic, no atomics); bad ids add
+     *   nothing.
+     * seq_mean: y (n, c) = the mean of x (n, t, c) over the t steps whose mask (n, t) is 1 (all
+     *   of them when mask is NULL); a sample without any gets 0. seq_mean_bwd: dx (=/+=) its
+     *   transpose applied to dy.
+     * ln_fwd: layer normalization of each row of x (rows, cols): xhat = (x - mean) rstd, rstd =
+     *   1 / sqrt(var + eps) (var biased), y = xhat gamma + beta (gamma, beta NULL: 1, 0); keeps
+     *   xhat (rows, cols) and rstd (rows) for ln_bwd, which writes dx (=/+=) and dgamma, dbeta
+     *   (written, column sums in double; NULL: not wanted). */
+    void (*embed_fwd)(const float *ids, size_t n, const float *table, int rows, int dim, float *y,
+                      float *mask, float *bad);
+    void (*embed_bwd)(const float *ids, size_t n, const float *dy, int rows, int dim,
+                      float *dtable);
+    void (*seq_mean)(int n, int t, int c, const float *x, const float *mask, float *y);
+    void (*seq_mean_bwd)(int n, int t, int c, const float *dy, const float *mask, float *dx,
+                         bool acc);
+    void (*ln_fwd)(const float *x, float *y, float *xhat, float *rstd, size_t rows, int cols,
+                   const float *gamma, const float *beta, float eps);
+    void (*ln_bwd)(const float *dy, const float *xhat, const float *rstd, size_t rows, int cols,
+                   const float *gamma, float *dx, bool acc, float *dgamma, float *dbeta);
 } dt_nn_ops;
 
 /* The CPU backend (OpenBLAS GEMM); never NULL. */

@@ -444,6 +444,12 @@ static const dt_nn_ops cpu_ops = {
     .dw_bwd = dt__nn_cpu_dw_bwd,
     .max_fwd = dt__nn_cpu_max_fwd,
     .max_bwd = dt__nn_cpu_max_bwd,
+    .embed_fwd = dt__nn_cpu_embed_fwd,
+    .embed_bwd = dt__nn_cpu_embed_bwd,
+    .seq_mean = dt__nn_cpu_seq_mean,
+    .seq_mean_bwd = dt__nn_cpu_seq_mean_bwd,
+    .ln_fwd = dt__nn_cpu_ln_fwd,
+    .ln_bwd = dt__nn_cpu_ln_bwd,
 };
 
 const dt_nn_ops *dt_nn_ops_cpu(void)

@@ -1,7 +1,7 @@
 /*
  * ops_cpu.h - internal: the CPU kernels shared between the files of the CPU backend
  * (ops_cpu.c builds the table; ops_cpu_conv.c, ops_cpu_train.c, ops_cpu_optim.c,
- * ops_cpu_image.c and ops_cpu_vision.c implement these).
+ * ops_cpu_image.c, ops_cpu_vision.c and ops_cpu_seq.c implement these).
  * Contracts are those of the matching slots in nn/ops.h.
  */
 #ifndef DT_NN_OPS_CPU_H
@@ -38,5 +38,16 @@ void dt__nn_cpu_dw_bwd(const dt_nn_win *g, int mult, const float *x, const float
                        const float *dy, float *dk, float *dx, bool acc);
 void dt__nn_cpu_max_fwd(size_t n, int k, const float *const *xs, float *y, uint8_t *arg);
 void dt__nn_cpu_max_bwd(size_t n, int i, const uint8_t *arg, const float *dy, float *dx, bool acc);
+void dt__nn_cpu_embed_fwd(const float *ids, size_t n, const float *table, int rows, int dim,
+                          float *y, float *mask, float *bad);
+void dt__nn_cpu_embed_bwd(const float *ids, size_t n, const float *dy, int rows, int dim,
+                          float *dtable);
+void dt__nn_cpu_seq_mean(int n, int t, int c, const float *x, const float *mask, float *y);
+void dt__nn_cpu_seq_mean_bwd(int n, int t, int c, const float *dy, const float *mask, float *dx,
+                             bool acc);
+void dt__nn_cpu_ln_fwd(const float *x, float *y, float *xhat, float *rstd, size_t rows, int cols,
+                       const float *gamma, const float *beta, float eps);
+void dt__nn_cpu_ln_bwd(const float *dy, const float *xhat, const float *rstd, size_t rows, int cols,
+                       const float *gamma, float *dx, bool acc, float *dgamma, float *dbeta);
 
 #endif
