@@ -103,6 +103,10 @@ int dt_comm_world(const dt_comm *c);
  * running. A caller stuck in a wait on c for longer than this was not held up by the ring: its
  * own thread is not running (a watchdog's question). Thread-safe. */
 int64_t dt_comm_idle_ms(dt_comm *c);
+/* Nanoseconds c's collectives have spent running so far, each from when it started (after
+ * those queued before it) to its end: they run one at a time, so this is c's busy time. Read it
+ * before and after a stretch of work to get the wire's share of it. Thread-safe. */
+uint64_t dt_comm_busy_ns(dt_comm *c);
 
 /* In-place all-reduce of n floats: every rank ends with the same bits. */
 dt_status dt_comm_allreduce(dt_comm *c, float *buf, size_t n, dt_comm_op op, dt_comm_wire wire,
@@ -196,6 +200,9 @@ dt_status dt_comm_local_new(const dt_comm_local_opts *opts, dt_comm_local **out,
  * its member thread be gone for good). NULL-safe. */
 void dt_comm_local_free(dt_comm_local *l);
 int dt_comm_local_members(const dt_comm_local *l);
+/* Nanoseconds the engine has spent running collectives (the memory passes), as
+ * dt_comm_busy_ns. Thread-safe. */
+uint64_t dt_comm_local_busy_ns(dt_comm_local *l);
 /* Shard j of n floats: its first element and its length (0 when it lies wholly in padding). */
 void dt_comm_local_shard(const dt_comm_local *l, size_t n, int j, size_t *off, size_t *len);
 
@@ -276,6 +283,9 @@ dt_status dt_comm_hier_allreduce(dt_comm_hier *h, int member, float *buf, size_t
  * over that member's host ring, then in each host. Blocking; every replica calls it. */
 dt_status dt_comm_hier_broadcast(dt_comm_hier *h, int member, void *buf, size_t bytes, int root,
                                  int64_t timeout_ms, dt_err *err);
+/* Busy time so far (dt_comm_busy_ns): the in-host comm's engine (every member's collectives;
+ * they run together) and member's host ring (0 with one host). Thread-safe. */
+void dt_comm_hier_busy_ns(dt_comm_hier *h, int member, uint64_t *in_host, uint64_t *ring);
 /* Host ring j (NULL with one host), e.g. for a watchdog that aborts it. */
 dt_comm *dt_comm_hier_ring(dt_comm_hier *h, int j);
 /* Aborts the in-host comm and every host ring with why. Thread-safe. */

@@ -185,6 +185,12 @@ dt_status dt_comm_hier_broadcast(dt_comm_hier *h, int member, void *buf, size_t 
     return st;
 }
 
+void dt_comm_hier_busy_ns(dt_comm_hier *h, int member, uint64_t *in_host, uint64_t *ring)
+{
+    *in_host = dt_comm_local_busy_ns(h->local);
+    *ring = member >= 0 && member < h->G && h->ring[member] ? dt_comm_busy_ns(h->ring[member]) : 0;
+}
+
 dt_comm *dt_comm_hier_ring(dt_comm_hier *h, int j)
 {
     return j >= 0 && j < h->G ? h->ring[j] : NULL;

@@ -19,6 +19,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +66,8 @@ struct dt_comm_local {
     dt_status broken_st;
     char reason[MSG_LEN];
     uint64_t next_seq[DT_COMM_LOCAL_MAX];
-    coll *head, *tail; /* in seq order; freed once done and waited for by every member */
+    _Atomic uint64_t busy_ns; /* the engine's time in collectives (dt_comm_local_busy_ns) */
+    coll *head, *tail;        /* in seq order; freed once done and waited for by every member */
 };
 
 static const char *op_name(dt_comm_local_op op)
@@ -234,7 +236,9 @@ static void *engine_main(void *arg)
         if (c->arrived == l->G) {
             c->running = 1;
             pthread_mutex_unlock(&l->mu);
+            uint64_t t0 = dt_now_ns();
             run_coll(l, c);
+            atomic_fetch_add(&l->busy_ns, dt_now_ns() - t0);
             /* then-hooks before any waiter is released: what follows a stage is queued
              * behind it (the host ring of a shard) before a member can move on. */
             for (int m = 0; m < l->G; m++)
@@ -320,6 +324,11 @@ void dt_comm_local_free(dt_comm_local *l)
     pthread_cond_destroy(&l->done_cv);
     pthread_mutex_destroy(&l->mu);
     free(l);
+}
+
+uint64_t dt_comm_local_busy_ns(dt_comm_local *l)
+{
+    return atomic_load(&l->busy_ns);
 }
 
 int dt_comm_local_members(const dt_comm_local *l)

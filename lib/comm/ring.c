@@ -76,6 +76,7 @@ struct dt_comm_req {
     dt_comm_wire wire;
     int root;
     int64_t deadline_ms, timeout_ms;
+    uint64_t start_ns; /* when it started to run (dt_comm_busy_ns) */
     const char *what;
     /* plan */
     int started, done;
@@ -115,6 +116,9 @@ struct dt_comm {
     /* When the queue last emptied (every collective finished), -1 while one is queued; atomic
      * so the daemon's watchdog reads it without the lock a frozen trainer might hold. */
     _Atomic int64_t idle_since_ms;
+    /* The collectives' running time so far (start to end, queueing left out): each runs alone,
+     * so this is the time the comm has been busy (dt_comm_busy_ns). */
+    _Atomic uint64_t busy_ns;
     dt_comm *hub_next;
 };
 
@@ -156,6 +160,8 @@ static void req_finish(dt_comm_req *r, dt_status st, const char *msg)
     if (r->done)
         return;
     r->done = 1;
+    if (r->started)
+        atomic_fetch_add(&r->c->busy_ns, dt_now_ns() - r->start_ns);
     r->st = st;
     snprintf(r->msg, sizeof r->msg, "%s", msg ? msg : "");
 }
@@ -525,6 +531,7 @@ static void start_req(dt_comm_req *r)
 {
     dt_comm *c = r->c;
     r->started = 1;
+    r->start_ns = dt_now_ns();
     r->deadline_ms = now_ms() + r->timeout_ms;
     if (r->n == 0 || c->world == 1) {
         if (r->kind == REQ_ALLREDUCE && r->op == DT_COMM_MEAN && c->world > 1)
@@ -1014,6 +1021,11 @@ int dt_comm_rank(const dt_comm *c)
 int dt_comm_world(const dt_comm *c)
 {
     return c->world;
+}
+
+uint64_t dt_comm_busy_ns(dt_comm *c)
+{
+    return atomic_load(&c->busy_ns);
 }
 
 int64_t dt_comm_idle_ms(dt_comm *c)

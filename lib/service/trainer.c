@@ -366,6 +366,15 @@ static dt_status hier_wait(void *ctx, void *req, dt_err *err)
     return st;
 }
 
+static void hier_busy(void *ctx, double *in_host_s, double *ring_s)
+{
+    hier_ctx *hc = ctx;
+    uint64_t a, b;
+    dt_comm_hier_busy_ns(hc->h, hc->member, &a, &b);
+    *in_host_s = (double)a / 1e9;
+    *ring_s = (double)b / 1e9;
+}
+
 static dt_status hier_broadcast(void *ctx, void *buf, size_t bytes, int root, dt_err *err)
 {
     hier_ctx *hc = ctx;
@@ -392,7 +401,8 @@ static void *replica_fit(void *arg)
                           .world = t->world * r->G,
                           .allreduce_start = hier_allreduce_start,
                           .wait = hier_wait,
-                          .broadcast = hier_broadcast};
+                          .broadcast = hier_broadcast,
+                          .busy = hier_busy};
     r->st = dt_train_fit(r->tr, &comm, &r->res, &r->err);
     /* Siblings blocked in an in-host collective and the other tasks' rings learn the cause
      * now rather than at a deadline (a cancel stops every replica after the same step). */

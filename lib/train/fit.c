@@ -55,6 +55,11 @@ struct dt_trainer {
     struct {
         double data, compute, wait, update;
         double ahead; /* the first bucket's start to the end of backward: the overlap window */
+        /* comm.busy's in-host and host-ring time within the steps (split: comm.busy given);
+         * they overlap backward and the wait, and each other (bucket k on the ring while
+         * bucket k+1 is reduced in the host) */
+        double in_host, ring;
+        bool split;
         int64_t n;
     } phase;
     double first_start; /* when this step's first bucket was started */
@@ -600,7 +605,10 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     t->started = 0;
     t->hook_st = DT_OK;
     dt_step_stats s = {0};
-    double t0 = dt_wall_s();
+    double t0 = dt_wall_s(), busy0[2] = {0, 0};
+    bool split = c->busy && distributed(c);
+    if (split)
+        c->busy(c->ctx, &busy0[0], &busy0[1]);
     if (b->n > 0) {
         dt_model_batch mb = {.x = b->x, .labels = b->y_i32, .targets = b->y_f32, .n = b->n};
         /* The model scales by 1/global batch; global_n is the step's true count on all replicas,
@@ -666,6 +674,13 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     }
     t->comm = NULL;
     double t2 = dt_wall_s();
+    if (split) {
+        double busy1[2];
+        c->busy(c->ctx, &busy1[0], &busy1[1]);
+        t->phase.in_host += busy1[0] - busy0[0];
+        t->phase.ring += busy1[1] - busy0[1];
+        t->phase.split = true;
+    }
     DT_TRY(dt_optim_step(t->opt, err));
     t->phase.compute += t1 - t0;
     t->phase.wait += t2 - t1;
@@ -766,14 +781,20 @@ static void log_phases(dt_trainer *t, int epoch)
     double wait = t->phase.wait / n * 1e3, upd = t->phase.update / n * 1e3;
     double ahead = t->phase.ahead / n * 1e3;
     double step = data + comp + wait + upd;
+    /* Several replicas a process: the all-reduce's two stages, each its comm's busy time within
+     * the steps (they run during backward and the wait, not after them). */
+    char split[160] = "";
+    if (t->phase.split)
+        snprintf(split, sizeof split, "; in-host all-reduce %.3f ms/step, host ring %.3f ms/step",
+                 t->phase.in_host / n * 1e3, t->phase.ring / n * 1e3);
     /* ahead + wait is how long the gradients were on the wire: close to the wire time alone
      * when the ring progresses while backward runs, ahead + wire time when it does not. */
     DT_INFO("train",
             "epoch %d: %.2f ms/step over %" PRId64 " steps: data %.2f, forward+backward %.2f, "
             "all-reduce wait after backward %.2f (%.0f%% of the step), update %.2f; the first "
-            "bucket went out %.2f ms before backward ended (all-reduces in flight %.2f ms)",
+            "bucket went out %.2f ms before backward ended (all-reduces in flight %.2f ms)%s",
             epoch + 1, step, t->phase.n, data, comp, wait, step > 0 ? 100 * wait / step : 0, upd,
-            ahead, ahead + wait);
+            ahead, ahead + wait, split);
 }
 
 /* The params + state, as Keras's get_weights/set_weights take them, to or from buf. */

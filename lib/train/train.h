@@ -102,6 +102,10 @@ typedef struct dt_train_comm {
      * fit refuses a spec that asks for it on more than one replica. */
     dt_status (*allreduce_start_compressed)(void *ctx, float *buf, size_t n,
                                             dt_jobspec_compression wire, void **req, dt_err *err);
+    /* Optional: how long (seconds, so far) this replica's collectives kept the in-host comm and
+     * its host ring busy (several replicas a process: lib/comm's hierarchical all-reduce). fit
+     * reads it at each step's start and end and logs the per-step means with the step phases. */
+    void (*busy)(void *ctx, double *in_host_s, double *ring_s);
 } dt_train_comm;
 
 /* A comm for a single process (world 1): all-reduce and broadcast do nothing. */

@@ -38,6 +38,7 @@ typedef struct host {
     dt_comm_hier *hier;
     dt_comm_local *local;
     replica rep[MAXG];
+    uint64_t busy_in[MAXG], busy_ring[MAXG]; /* dt_comm_hier_busy_ns at the end */
     dt_status st;
     char msg[1024];
 } host;
@@ -144,6 +145,8 @@ static void *host_main(void *arg)
     for (int m = 0; m < h->G; m++)
         if (!up[m])
             h->rep[m].st = DT_ENOMEM;
+    for (int m = 0; m < h->G; m++)
+        dt_comm_hier_busy_ns(h->hier, m, &h->busy_in[m], &h->busy_ring[m]);
     dt_comm_hier_free(h->hier);
     dt_comm_local_free(h->local);
     return NULL;
@@ -206,6 +209,16 @@ static void check_hier(int H, int G, int inexact)
                 DT_FAIL_("H %d G %d: host %d replica %d: %s %s", H, G, i, m, hs[i].rep[m].where,
                          hs[i].rep[m].msg);
     }
+    /* The busy times the step-phase log reports: the in-host engine ran collectives of 1 MB;
+     * a member's host ring ran only with several hosts. */
+    for (int h = 0; h < H; h++)
+        for (int m = 0; m < G; m++) {
+            if (G > 1 && hs[h].busy_in[m] == 0)
+                DT_FAIL_("H %d G %d: host %d: no in-host busy time", H, G, h);
+            if ((H > 1) != (hs[h].busy_ring[m] > 0))
+                DT_FAIL_("H %d G %d: host %d replica %d: host ring busy %llu ns", H, G, h, m,
+                         (unsigned long long)hs[h].busy_ring[m]);
+        }
     float (*val)(size_t, int) = inexact ? fval : ival;
     const float *first = NULL;
     for (int h = 0; h < H; h++)
@@ -259,6 +272,18 @@ DT_TEST_TIMEOUT(comm_hier_four_hosts, 180)
 {
     check_hier(4, 2, 0);
     check_hier(4, 1, 1);
+}
+
+/* The rest of 1..4 hosts x 1..3 replicas (the tests above hold the others). */
+DT_TEST_TIMEOUT(comm_hier_matrix, 240)
+{
+    int64_t t0 = dt_now_ms();
+    check_hier(1, 1, 0);
+    check_hier(1, 2, 1);
+    check_hier(2, 1, 0);
+    check_hier(3, 3, 0);
+    check_hier(4, 3, 1);
+    fprintf(stderr, "1x1, 1x2, 2x1, 3x3, 4x3: %lld ms\n", (long long)(dt_now_ms() - t0));
 }
 
 /* 64 MB a replica, 2 hosts x 2 replicas: exact against the flat sum, one set of bits. */
