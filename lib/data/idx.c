@@ -188,10 +188,10 @@ dt_status dt_idx_load(const char *images, const char *labels, float scale, int i
     *out = NULL;
 
     DT_TRY_GOTO(dt_idx_read(images, &xh, &xd, &xl, err), st, fail);
-    if (xh.type != 0x08 && xh.type != 0x0D) {
+    if (xh.type != 0x08 && xh.type != 0x0D && xh.type != 0x0C) {
         st = dt_err_set(err, DT_EINVAL,
                         "%s: IDX element type 0x%02x; images must be uint8 (0x08) or float32 "
-                        "(0x0D)",
+                        "(0x0D), token ids int32 (0x0C)",
                         images, xh.type);
         goto fail;
     }
@@ -225,7 +225,7 @@ dt_status dt_idx_load(const char *images, const char *labels, float scale, int i
     if (xh.type == 0x08) {
         ds->x_u8 = xd;
         xd = NULL;
-    } else { /* big-endian float32 -> host floats, scaled now */
+    } else { /* big-endian float32 or int32 -> host floats, scaled now */
         ds->x_f32 = malloc(xl ? xl : 1);
         if (!ds->x_f32) {
             st = dt_err_set(err, DT_ENOMEM, "%s: out of memory", images);
@@ -234,7 +234,20 @@ dt_status dt_idx_load(const char *images, const char *labels, float scale, int i
         for (size_t i = 0; i < xl / 4; i++) {
             uint32_t u = be32(xd + 4 * i);
             float v;
-            memcpy(&v, &u, 4);
+            if (xh.type == 0x0C) {
+                /* Token ids: float32 holds every integer up to 2^24 exactly, no more. */
+                int32_t iv = (int32_t)u;
+                if (iv > (1 << 24) || iv < -(1 << 24)) {
+                    st = dt_err_set(err, DT_EINVAL,
+                                    "%s: element %zu is %d; int32 features must lie within "
+                                    "+-2^24 (16777216), exact in float32",
+                                    images, i, (int)iv);
+                    goto fail;
+                }
+                v = (float)iv;
+            } else {
+                memcpy(&v, &u, 4);
+            }
             ds->x_f32[i] = v * scale;
         }
         ds->x_scale = 1.0f;

@@ -302,6 +302,13 @@ static dt_status decode_feature(load_state *ls, size_t fi, const Tensorflow__Fea
         return dt_err_set(err, DT_EINVAL,
                           "%s: feature \"%s\" has %zu values but its shape needs %zu", where,
                           f->name, n, ls->per_record[fi]);
+    /* Token ids: float32 holds every integer up to 2^24 exactly, no more. */
+    for (size_t i = 0; f->dtype == DT_DATA_DTYPE_INT64 && i < n; i++)
+        if (fe->int64_list->value[i] > (1 << 24) || fe->int64_list->value[i] < -(1 << 24))
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: feature \"%s\": value %zu is %lld; int64 features must lie "
+                              "within +-2^24 (16777216), exact in float32",
+                              where, f->name, i, (long long)fe->int64_list->value[i]);
     for (size_t i = 0; i < n; i++) {
         float v = f->dtype == DT_DATA_DTYPE_FLOAT32 ? fe->float_list->value[i]
                   : f->dtype == DT_DATA_DTYPE_INT64 ? (float)fe->int64_list->value[i]

@@ -139,9 +139,9 @@ static dt_status embed_check(dt__nn_layer *l, dt__nn_ctx *c, dt_err *err)
     size_t per = dt__nn_shape_size(&l->in_shape[0]), at = (size_t)bad[2];
     return dt__nn_layer_err(l, DT_EINVAL, err,
                             "input id %.9g (sample %zu of the batch, position %zu) is outside "
-                            "[0, %d), the option 'input_dim'; %.0f id%s of the batch %s",
+                            "[0, %d), the option 'input_dim' (%.0f id%s of the batch out of range)",
                             (double)bad[1], at / per, at % per, l->kh, (double)bad[0],
-                            bad[0] == 1 ? "" : "s", bad[0] == 1 ? "is" : "are");
+                            bad[0] == 1 ? "" : "s");
 }
 
 static void embed_backward(dt__nn_layer *l, dt__nn_ctx *c)

@@ -273,6 +273,18 @@ DT_TEST(data_tfrecord_example_type_errors)
     ASSERT_STATUS(dt_tfrecord_load(&src, &ds, &err), DT_EINVAL);
     ASSERT_CONTAINS(err.msg, "record 0 at byte 0: feature \"x\" is a int64_list but the spec "
                              "declares float_list");
+    /* token ids as int64 lists load as exact floats; past 2^24 they would not be exact */
+    src.features[0].dtype = DT_DATA_DTYPE_INT64;
+    ASSERT_OK(dt_tfrecord_load(&src, &ds, &err), &err);
+    ASSERT_TRUE(ds->x_f32[2 * ds->x_size] == 2.0f && ds->x_f32[2 * ds->x_size + 1] == 2.0f);
+    dt_dataset_free(ds);
+    ds = NULL;
+    write_tfrecord(path, 16777216, 16777218, false, true, NULL, 0, NULL);
+    ASSERT_STATUS(dt_tfrecord_load(&src, &ds, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "record 1 at byte");
+    ASSERT_CONTAINS(err.msg, "feature \"x\": value 0 is 16777217; int64 features must lie within "
+                             "+-2^24");
+    src.features[0].dtype = DT_DATA_DTYPE_FLOAT32;
     /* encoded image bytes are decoded (test_data_image.c); a broken JPEG names its record */
     static const uint8_t jpeg[] = {0xFF, 0xD8, 0xFF, 0xE0, 0, 16, 'J', 'F', 'I', 'F'};
     write_tfrecord(path, 0, 2, false, false, jpeg, sizeof jpeg, NULL);
