@@ -13,7 +13,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: dtrain data inspect FILE... [--json] [--label NAME]\n"
+            "usage: dtrain data inspect FILE|FOLDER... [--json] [--label NAME] [--threads N]\n"
             "                           [--replicas R --policy AUTO|FILE|DATA|OFF [--batch B]]\n"
             "       dtrain data bench IMAGES.idx[.gz] LABELS.idx[.gz] [--batch 64] [--epochs 3]\n"
             "                         [--prefetch 2] [--replicas R] [--rank I] [--shuffle]\n"
@@ -26,6 +26,11 @@ static void usage(FILE *out)
             "  file). With --replicas and --policy, shows how tf.data's auto-shard policy splits\n"
             "  the files among R replicas (IDX images + labels count as one file); --batch B\n"
             "  (the global batch) adds the steps per epoch that every replica runs.\n"
+            "  A FOLDER is read as an image folder (Keras's image_dataset_from_directory:\n"
+            "  one subfolder per class): classes with their file counts; for it and for a\n"
+            "  TFRecord's JPEG/PNG features, every image is decoded (on --threads N threads,\n"
+            "  default one per CPU) and the report gives JPEG/PNG counts, modes, heights and\n"
+            "  widths (min, median, max, histogram) and the unreadable files with reasons.\n"
             "bench: loads Fashion-MNIST-style IDX files and pulls batches through the pipeline\n"
             "  (shard, shuffle, batch, prefetch thread) as fast as possible, or with --work-us\n"
             "  of simulated compute per batch; prints batches/s and examples/s.\n"
@@ -58,18 +63,96 @@ static void shape_str(const dt_data_feature_info *f, char *buf, size_t n)
         snprintf(buf + k, n - k, "]");
 }
 
+static cJSON *size_json(int lo, int med, int hi, const uint64_t *hist)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "min", lo);
+    cJSON_AddNumberToObject(o, "median", med);
+    cJSON_AddNumberToObject(o, "max", hi);
+    cJSON *h = cJSON_AddObjectToObject(o, "histogram");
+    for (int b = 0; b < DT_INSPECT_SIZES; b++) {
+        char k[32];
+        if (b == DT_INSPECT_SIZES - 1)
+            snprintf(k, sizeof k, "%d+", dt_data_inspect_size_bucket_lo(b));
+        else
+            snprintf(k, sizeof k, "%d-%d", dt_data_inspect_size_bucket_lo(b),
+                     dt_data_inspect_size_bucket_lo(b + 1) - 1);
+        cJSON_AddNumberToObject(h, k, (double)hist[b]);
+    }
+    return o;
+}
+
+static cJSON *images_json(const dt_data_image_info *ii)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "count", (double)ii->images);
+    cJSON *f = cJSON_AddObjectToObject(o, "formats");
+    cJSON_AddNumberToObject(f, "JPEG", (double)ii->jpeg);
+    cJSON_AddNumberToObject(f, "PNG", (double)ii->png);
+    cJSON_AddNumberToObject(f, "other", (double)ii->other);
+    cJSON *m = cJSON_AddObjectToObject(o, "modes");
+    for (size_t k = 0; k < ii->nmodes; k++)
+        cJSON_AddNumberToObject(m, ii->mode[k], (double)ii->mode_count[k]);
+    if (ii->sized) {
+        cJSON_AddItemToObject(
+            o, "height",
+            size_json(ii->height_min, ii->height_median, ii->height_max, ii->height_hist));
+        cJSON_AddItemToObject(
+            o, "width", size_json(ii->width_min, ii->width_median, ii->width_max, ii->width_hist));
+    }
+    cJSON_AddNumberToObject(o, "unreadable", (double)ii->unreadable);
+    cJSON *b = cJSON_AddArrayToObject(o, "unreadable_files");
+    for (size_t k = 0; k < ii->nbad; k++)
+        cJSON_AddItemToArray(b, cJSON_CreateString(ii->bad[k]));
+    return o;
+}
+
+static void images_print(const dt_data_image_info *ii)
+{
+    printf("  images   %llu: %llu JPEG, %llu PNG, %llu other; %llu unreadable\n",
+           (unsigned long long)ii->images, (unsigned long long)ii->jpeg,
+           (unsigned long long)ii->png, (unsigned long long)ii->other,
+           (unsigned long long)ii->unreadable);
+    printf("  modes   ");
+    for (size_t k = 0; k < ii->nmodes; k++)
+        printf(" %s %llu%s", ii->mode[k], (unsigned long long)ii->mode_count[k],
+               k + 1 < ii->nmodes ? "," : "");
+    printf("\n");
+    if (ii->sized) {
+        printf("  height   min %d  median %d  max %d\n", ii->height_min, ii->height_median,
+               ii->height_max);
+        printf("  width    min %d  median %d  max %d\n", ii->width_min, ii->width_median,
+               ii->width_max);
+        printf("  %-10s %10s %10s\n", "pixels", "heights", "widths");
+        for (int b = 0; b < DT_INSPECT_SIZES; b++) {
+            if (!ii->height_hist[b] && !ii->width_hist[b])
+                continue;
+            char k[32];
+            if (b == DT_INSPECT_SIZES - 1)
+                snprintf(k, sizeof k, "%d+", dt_data_inspect_size_bucket_lo(b));
+            else
+                snprintf(k, sizeof k, "%d-%d", dt_data_inspect_size_bucket_lo(b),
+                         dt_data_inspect_size_bucket_lo(b + 1) - 1);
+            printf("  %-10s %10llu %10llu\n", k, (unsigned long long)ii->height_hist[b],
+                   (unsigned long long)ii->width_hist[b]);
+        }
+    }
+    for (size_t k = 0; k < ii->nbad; k++)
+        printf("  unreadable: %s\n", ii->bad[k]);
+    if (ii->unreadable > ii->nbad)
+        printf("  ... and %llu more unreadable\n", (unsigned long long)(ii->unreadable - ii->nbad));
+}
+
 static int inspect(int argc, char **argv)
 {
-    static const struct option opts[] = {{"json", no_argument, 0, 'j'},
-                                         {"label", required_argument, 0, 'l'},
-                                         {"replicas", required_argument, 0, 'r'},
-                                         {"policy", required_argument, 0, 'p'},
-                                         {"batch", required_argument, 0, 'b'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"json", no_argument, 0, 'j'},           {"label", required_argument, 0, 'l'},
+        {"replicas", required_argument, 0, 'r'}, {"policy", required_argument, 0, 'p'},
+        {"batch", required_argument, 0, 'b'},    {"threads", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     bool json = false;
     const char *label = "", *policy_s = NULL;
-    int replicas = 0, batch = 0, c;
+    int replicas = 0, batch = 0, threads = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -87,6 +170,14 @@ static int inspect(int argc, char **argv)
             break;
         case 'b':
             batch = dt_cli_int(optarg);
+            break;
+        case 't':
+            threads = dt_cli_int(optarg);
+            if (threads < 1 || threads > DT_MAX_DATA_THREADS) {
+                fprintf(stderr, "dtrain data inspect: --threads must be 1..%d\n",
+                        DT_MAX_DATA_THREADS);
+                return 2;
+            }
             break;
         case 'h':
             usage(stdout);
@@ -122,7 +213,7 @@ static int inspect(int argc, char **argv)
     bool all_idx = true;
     for (int i = 0; i < nfiles; i++) {
         const char *path = argv[optind + i];
-        if (dt_data_inspect(path, label, &info[i], &err) != DT_OK) {
+        if (dt_data_inspect_threads(path, label, threads, &info[i], &err) != DT_OK) {
             fprintf(stderr, "dtrain data inspect: %s\n", err.msg);
             rc = 2;
             goto out;
@@ -147,6 +238,13 @@ static int inspect(int argc, char **argv)
             if (fi->labels_out_of_range)
                 cJSON_AddNumberToObject(o, "labels_out_of_range", (double)fi->labels_out_of_range);
         }
+        if (fi->nclasses) {
+            cJSON *cl = cJSON_AddObjectToObject(o, "classes");
+            for (size_t k = 0; k < fi->nclasses; k++)
+                cJSON_AddNumberToObject(cl, fi->class_names[k], (double)fi->label_hist[k]);
+        }
+        if (fi->images)
+            cJSON_AddItemToObject(o, "images", images_json(fi->images));
         cJSON_AddItemToArray(files, o);
         if (!json) {
             printf("%s\n  format   %s\n  records  %llu\n", path, fi->format,
@@ -157,21 +255,30 @@ static int inspect(int argc, char **argv)
                 shape_str(&fi->features[k], sh, sizeof sh);
                 printf("  %-24s %-12s %s\n", fi->features[k].name, fi->features[k].dtype, sh);
             }
-            if (fi->has_labels) {
+            if (fi->nclasses) {
+                printf("  classes  %zu\n", fi->nclasses);
+                for (size_t k = 0; k < fi->nclasses; k++)
+                    printf("    %-24s %llu\n", fi->class_names[k],
+                           (unsigned long long)fi->label_hist[k]);
+            } else if (fi->has_labels) {
                 printf("  label histogram (%s):", fi->label_name);
                 for (size_t k = 0; k < fi->nlabel_hist; k++)
                     printf("%s%zu: %llu", k % 8 ? "  " : "\n    ", k,
                            (unsigned long long)fi->label_hist[k]);
                 printf("\n");
             }
+            if (fi->images)
+                images_print(fi->images);
         }
     }
     if (replicas) {
         /* Shard units: IDX images + labels are one data set; other files one unit each. */
-        size_t nunits = all_idx ? 1 : (size_t)nfiles;
+        /* A lone image folder: its files are the units, one example each. */
+        bool folder = nfiles == 1 && info[0].nclasses;
+        size_t nunits = folder ? (size_t)info[0].records : all_idx ? 1 : (size_t)nfiles;
         size_t *start = calloc(nunits + 1, sizeof(size_t));
         for (size_t u = 0; u < nunits; u++)
-            start[u + 1] = start[u] + info[u].records;
+            start[u + 1] = start[u] + (folder ? 1 : info[u].records);
         cJSON *sh = cJSON_AddObjectToObject(root, "sharding");
         cJSON_AddStringToObject(sh, "policy", dt_shard_policy_name(policy));
         cJSON_AddNumberToObject(sh, "replicas", replicas);
@@ -201,7 +308,7 @@ static int inspect(int argc, char **argv)
             cJSON *fl = cJSON_AddArrayToObject(o, "files");
             if (!json)
                 printf("  replica %-3d %8zu records  ", r, cnt);
-            for (size_t u = 0; u < nunits; u++)
+            for (size_t u = 0; u < nunits && !folder; u++)
                 if (dt_shard_reads_file(&plan, u)) {
                     cJSON_AddItemToArray(fl, cJSON_CreateString(argv[optind + u]));
                     if (!json && plan.policy == DT_SHARD_FILE)

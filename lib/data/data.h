@@ -307,6 +307,11 @@ const char *dt_image_kind(const uint8_t *p, size_t n);
 typedef struct dt_image {
     uint8_t *px;
     int h, w, c;
+    /* The file's own: size before DCT scaling, and PIL's name of its mode ("L", "LA", "RGB",
+     * "RGBA", "P", "CMYK"; ";16" etc. for PNG depths other than 8). Set once the header is
+     * read, also when decoding then fails (inspect reports them). */
+    int src_h, src_w;
+    char mode[8];
 } dt_image;
 
 /* Decodes JPEG or PNG bytes (detected by magic) into o->channels channels as TF's
@@ -459,6 +464,31 @@ typedef struct dt_data_feature_info {
     int64_t shape[DT_MAX_IDX_DIMS];
 } dt_data_feature_info;
 
+#define DT_INSPECT_MODES 16 /* distinct image modes counted; more are "other" */
+#define DT_INSPECT_BAD   10 /* unreadable images whose reasons are kept */
+#define DT_INSPECT_SIZES 8  /* size buckets: < 64, < 128, < 256, ... < 4096, >= 4096 px */
+
+/* What the images of a folder or of a TFRecord's JPEG/PNG bytes features are. */
+typedef struct dt_data_image_info {
+    uint64_t images;     /* image files listed, or image values (JPEG/PNG bytes) of records */
+    uint64_t jpeg, png;  /* by signature */
+    uint64_t other;      /* neither signature (BMP, GIF, text named .jpg...) */
+    uint64_t unreadable; /* could not be decoded as dtrain would (other included) */
+    char mode[DT_INSPECT_MODES][8]; /* PIL's mode names, in order of first appearance */
+    uint64_t mode_count[DT_INSPECT_MODES];
+    size_t nmodes;
+    /* sizes of the images whose header could be read */
+    uint64_t sized;
+    int height_min, height_median, height_max;
+    int width_min, width_median, width_max;
+    uint64_t height_hist[DT_INSPECT_SIZES], width_hist[DT_INSPECT_SIZES];
+    char bad[DT_INSPECT_BAD][512]; /* "file: reason" of the first unreadable ones, in order */
+    size_t nbad;
+} dt_data_image_info;
+
+/* The lower bound in pixels of size bucket b (0, 64, 128, ..., 4096). */
+int dt_data_inspect_size_bucket_lo(int b);
+
 typedef struct dt_data_file_info {
     char format[16]; /* "idx", "idx.gz", "csv", "tfrecord", "tfrecord.gz" */
     uint64_t records;
@@ -469,12 +499,21 @@ typedef struct dt_data_file_info {
     uint64_t *label_hist; /* (nlabel_hist) counts of labels 0..n-1, owned */
     size_t nlabel_hist;
     uint64_t labels_out_of_range; /* negative or >= DT_MAX_CLASSES */
+    dt_data_image_info *images;   /* owned; NULL when no image was found */
+    char **class_names;           /* (nclasses) image folder: label_hist[k] is class k's files */
+    size_t nclasses;
 } dt_data_file_info;
 
 /* Detects the format (IDX by magic, gzip by magic then inside, TFRecord by the first record's
  * CRC, else CSV) and describes the file: record count, every feature with dtype and shape,
- * and a histogram of label (a feature name; "" = "label" when present, IDX label files alone). */
+ * and a histogram of label (a feature name; "" = "label" when present, IDX label files alone).
+ * A TFRecord's JPEG/PNG values are decoded and described in out->images. A folder is read as
+ * an image folder (Keras's classes and files, labels inferred): records are its image files,
+ * the histogram counts classes (class_names), out->images describes the files, each decoded
+ * on `threads` threads (0 = one per CPU) as a job would decode it. */
 dt_status dt_data_inspect(const char *path, const char *label, dt_data_file_info *out, dt_err *err);
+dt_status dt_data_inspect_threads(const char *path, const char *label, int threads,
+                                  dt_data_file_info *out, dt_err *err);
 void dt_data_file_info_destroy(dt_data_file_info *info);
 
 #endif

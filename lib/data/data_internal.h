@@ -33,6 +33,22 @@ typedef struct dt__img_view {
 dt_status dt__image_resize_view(const dt__img_view *in, float *out, int oh, int ow, dt_interp m,
                                 dt_err *err);
 
+/* One image as inspect sees it (inspect_image.c): kind 0 neither, 1 JPEG, 2 PNG; its size and
+ * mode from the header (0 / "" when unreadable); ok when it decodes; reason malloc'd if not. */
+typedef struct dt__img_probe {
+    int kind, h, w;
+    char mode[8];
+    bool ok;
+    char *reason;
+} dt__img_probe;
+/* Decodes data (cheaply: JPEG at 1/8) into *out; what names it in the reason. */
+void dt__inspect_probe(const uint8_t *data, size_t len, const char *what, dt__img_probe *out);
+/* Sums n probes, in order, into a new *out (NULL when n = 0); the caller frees reasons. */
+dt_status dt__inspect_images_sum(const dt__img_probe *p, size_t n, dt_data_image_info **out,
+                                 dt_err *err);
+/* Describes the image folder at path into info (format "image_folder"). */
+dt_status dt__inspect_folder(const char *path, int threads, dt_data_file_info *info, dt_err *err);
+
 /* CSV rows (csv.c), shared with inspect.c. Init text with dt_buf_init(&r.text, DT_MAX_CSV_LINE). */
 typedef struct dt__csv_row {
     dt_buf text;   /* unescaped fields, each NUL-terminated */

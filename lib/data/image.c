@@ -143,6 +143,12 @@ static dt_status decode_jpeg(const uint8_t *data, size_t len, const dt_image_opt
     cinfo.progress = &scans.pub;
     jpeg_mem_src(&cinfo, data, (unsigned long)len);
     jpeg_read_header(&cinfo, TRUE);
+    out->src_w = (int)cinfo.image_width;
+    out->src_h = (int)cinfo.image_height;
+    snprintf(out->mode, sizeof out->mode, "%s",
+             cinfo.num_components == 1   ? "L"
+             : cinfo.num_components == 4 ? "CMYK"
+                                         : "RGB");
     if ((st = check_dims(cinfo.image_width, cinfo.image_height, "JPEG", what, err)) != DT_OK)
         goto done;
     int want = o->channels;
@@ -250,6 +256,19 @@ static dt_status decode_png(const uint8_t *data, size_t len, const dt_image_opts
     png_uint_32 w, h;
     int depth, ctype, interlace;
     png_get_IHDR(png, info, &w, &h, &depth, &ctype, &interlace, NULL, NULL);
+    out->src_w = (int)w;
+    out->src_h = (int)h;
+    {
+        const char *m = ctype == PNG_COLOR_TYPE_GRAY         ? "L"
+                        : ctype == PNG_COLOR_TYPE_GRAY_ALPHA ? "LA"
+                        : ctype == PNG_COLOR_TYPE_PALETTE    ? "P"
+                        : ctype == PNG_COLOR_TYPE_RGB_ALPHA  ? "RGBA"
+                                                             : "RGB";
+        if (depth == 8)
+            snprintf(out->mode, sizeof out->mode, "%s", m);
+        else
+            snprintf(out->mode, sizeof out->mode, "%s;%d", m, depth);
+    }
     if ((st = check_dims(w, h, "PNG", what, err)) != DT_OK)
         goto done;
     /* Raw (filtered) bytes the header declares, against what deflate can give from len. */

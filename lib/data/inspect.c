@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -114,6 +115,8 @@ static dt_status inspect_tfrecord(const char *path, bool gz, const char *label,
     snprintf(info->format, sizeof info->format, "%s", gz ? "tfrecord.gz" : "tfrecord");
     const char *lname = label && label[0] ? label : "label";
     dt_status st = DT_OK;
+    dt__img_probe *probes = NULL; /* JPEG/PNG values, in record order */
+    size_t nprobes = 0, cap = 0;
     for (;;) {
         const uint8_t *data;
         size_t len;
@@ -148,13 +151,27 @@ static dt_status inspect_tfrecord(const char *path, bool gz, const char *label,
             } else if (fe->kind_case == TENSORFLOW__FEATURE__KIND_BYTES_LIST) {
                 dt = "bytes";
                 n = fe->bytes_list ? (int64_t)fe->bytes_list->n_value : 0;
-                if (n == 1 && dt__data_image_kind(fe->bytes_list->value[0].data,
-                                                  fe->bytes_list->value[0].len))
-                    dt = strcmp(dt__data_image_kind(fe->bytes_list->value[0].data,
-                                                    fe->bytes_list->value[0].len),
-                                "JPEG") == 0
-                             ? "bytes(jpeg)"
-                             : "bytes(png)";
+                const char *kind = n == 1 ? dt__data_image_kind(fe->bytes_list->value[0].data,
+                                                                fe->bytes_list->value[0].len)
+                                          : NULL;
+                if (kind) {
+                    dt = kind[0] == 'J' ? "bytes(jpeg)" : "bytes(png)";
+                    if (nprobes == cap) {
+                        size_t nc = cap ? 2 * cap : 256;
+                        dt__img_probe *np = realloc(probes, nc * sizeof *np);
+                        if (!np) {
+                            st = dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
+                            break;
+                        }
+                        probes = np;
+                        cap = nc;
+                    }
+                    char what[600];
+                    snprintf(what, sizeof what, "%s: record %llu: %s", path,
+                             (unsigned long long)rec, e->key);
+                    dt__inspect_probe(fe->bytes_list->value[0].data, fe->bytes_list->value[0].len,
+                                      what, &probes[nprobes++]);
+                }
             }
             dt_data_feature_info *f;
             st = info_feature(info, e->key, path, &f, err);
@@ -182,6 +199,11 @@ static dt_status inspect_tfrecord(const char *path, bool gz, const char *label,
         info->records++;
     }
     dt_tfrecord_close(r);
+    if (st == DT_OK)
+        st = dt__inspect_images_sum(probes, nprobes, &info->images, err);
+    for (size_t i = 0; i < nprobes; i++)
+        free(probes[i].reason);
+    free(probes);
     return st;
 }
 
@@ -304,7 +326,20 @@ out:
 
 dt_status dt_data_inspect(const char *path, const char *label, dt_data_file_info *out, dt_err *err)
 {
+    return dt_data_inspect_threads(path, label, 0, out, err);
+}
+
+dt_status dt_data_inspect_threads(const char *path, const char *label, int threads,
+                                  dt_data_file_info *out, dt_err *err)
+{
     memset(out, 0, sizeof *out);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        dt_status st = dt__inspect_folder(path, threads, out, err);
+        if (st != DT_OK)
+            dt_data_file_info_destroy(out);
+        return st;
+    }
     int fd;
     DT_TRY(dt_file_open_regular(path, &fd, NULL, err));
     gzFile f = gzdopen(fd, "rb");
@@ -342,5 +377,9 @@ void dt_data_file_info_destroy(dt_data_file_info *info)
 {
     free(info->features);
     free(info->label_hist);
+    free(info->images);
+    for (size_t k = 0; info->class_names && k < info->nclasses; k++)
+        free(info->class_names[k]);
+    free(info->class_names);
     memset(info, 0, sizeof *info);
 }
