@@ -179,18 +179,6 @@ static dt_status add_input(dt__nn_layer *l, int producer, dt_err *err)
     return DT_OK;
 }
 
-static dt_status kwargs_empty(dt__nn_layer *l, const cJSON *kw, dt_err *err)
-{
-    const cJSON *k;
-    cJSON_ArrayForEach(k, kw)
-    {
-        if (!cJSON_IsNull(k))
-            return dt__nn_layer_err(l, DT_ENOTSUP, err,
-                                    "inbound node: call argument '%s' is not supported", k->string);
-    }
-    return DT_OK;
-}
-
 /* Keras 3: walks args, collecting every __keras_tensor__'s producer in order. */
 static dt_status walk_args(const dt__nn_graph *g, dt__nn_layer *l, const cJSON *a, int depth,
                            dt_err *err)
@@ -213,6 +201,51 @@ static dt_status walk_args(const dt__nn_graph *g, dt__nn_layer *l, const cJSON *
                             "inbound node: only tensors are supported as call arguments");
 }
 
+/* Call arguments by name. A MultiHeadAttention's query (when not positional), value and key
+ * are tensors, Keras 3's __keras_tensor__ objects or Keras 2's ["producer", 0, 0], taken in that
+ * order; use_causal_mask is a flag. Any other argument must be null. */
+static dt_status call_kwargs(const dt__nn_graph *g, dt__nn_layer *l, const cJSON *kw, dt_err *err)
+{
+    static const char *const tensors[] = {"query", "value", "key"};
+    bool mha = l->vt == &dt__nn_mha;
+    for (int i = 0; mha && i < 3; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(kw, tensors[i]);
+        if (!v || cJSON_IsNull(v))
+            continue;
+        if (l->n_in != i)
+            return dt__nn_layer_err(l, DT_EINVAL, err,
+                                    "inbound node: argument '%s' comes after %d input%s",
+                                    tensors[i], l->n_in, l->n_in == 1 ? "" : "s");
+        if (cJSON_IsObject(v)) {
+            DT_TRY(walk_args(g, l, v, 0, err));
+        } else {
+            int p;
+            DT_TRY(history_ref(g, l, v, &p, err));
+            DT_TRY(add_input(l, p, err));
+        }
+    }
+    const cJSON *k;
+    cJSON_ArrayForEach(k, kw)
+    {
+        if (cJSON_IsNull(k))
+            continue;
+        bool tensor = false;
+        for (int i = 0; i < 3; i++)
+            tensor = tensor || !strcmp(k->string, tensors[i]);
+        if (mha && tensor)
+            continue;
+        if (mha && !strcmp(k->string, "use_causal_mask") && cJSON_IsBool(k)) {
+            l->causal = cJSON_IsTrue(k);
+            continue;
+        }
+        if (mha && !strcmp(k->string, "return_attention_scores") && cJSON_IsFalse(k))
+            continue;
+        return dt__nn_layer_err(l, DT_ENOTSUP, err,
+                                "inbound node: call argument '%s' is not supported", k->string);
+    }
+    return DT_OK;
+}
+
 static dt_status parse_inbound(const dt__nn_graph *g, dt__nn_layer *l, const cJSON *nodes,
                                dt_err *err)
 {
@@ -225,7 +258,7 @@ static dt_status parse_inbound(const dt__nn_graph *g, dt__nn_layer *l, const cJS
     const cJSON *node = cJSON_GetArrayItem(nodes, 0);
     if (cJSON_IsObject(node)) { /* Keras 3 */
         DT_TRY(walk_args(g, l, cJSON_GetObjectItemCaseSensitive(node, "args"), 0, err));
-        return kwargs_empty(l, cJSON_GetObjectItemCaseSensitive(node, "kwargs"), err);
+        return call_kwargs(g, l, cJSON_GetObjectItemCaseSensitive(node, "kwargs"), err);
     }
     if (!cJSON_IsArray(node))
         return dt__nn_layer_err(l, DT_EINVAL, err, "inbound_nodes: expected a list or an object");
@@ -237,7 +270,7 @@ static dt_status parse_inbound(const dt__nn_graph *g, dt__nn_layer *l, const cJS
         DT_TRY(add_input(l, p, err));
         const cJSON *kw = cJSON_GetArrayItem(ref, 3);
         if (cJSON_IsObject(kw))
-            DT_TRY(kwargs_empty(l, kw, err));
+            DT_TRY(call_kwargs(g, l, kw, err));
     }
     return DT_OK;
 }

@@ -56,6 +56,7 @@ static const dt__nn_layer_vt *const classes[] = {
     &dt__nn_layernorm,
     &dt__nn_time_distributed,
     &dt__nn_spatial_dropout1d,
+    &dt__nn_mha,
 };
 
 const dt__nn_layer_vt *dt__nn_find_class(const char *class_name)

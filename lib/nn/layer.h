@@ -151,6 +151,11 @@ struct dt__nn_layer {
     int mask_src, mask_len;
     float *mask;
 
+    /* MultiHeadAttention: heads, the per-head key and value widths, the output width, and
+     * the call argument use_causal_mask. */
+    int heads, key_dim, value_dim, attn_out;
+    bool causal;
+
     int n_w;
     dt__nn_weight w[DT_NN_MAX_W];
 
@@ -286,6 +291,7 @@ typedef struct dt__nn_graph {
 dt_status dt__nn_keras_parse(const cJSON *root, dt__nn_graph *g, dt_err *err);
 
 /* Per-class vtables. */
+extern const dt__nn_layer_vt dt__nn_mha;
 extern const dt__nn_layer_vt dt__nn_input_layer, dt__nn_dense, dt__nn_flatten, dt__nn_reshape,
     dt__nn_dropout, dt__nn_activation, dt__nn_relu, dt__nn_leaky_relu, dt__nn_softmax,
     dt__nn_rescaling, dt__nn_conv2d, dt__nn_maxpool2d, dt__nn_avgpool2d, dt__nn_gap2d, dt__nn_gmp2d,

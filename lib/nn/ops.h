@@ -339,6 +339,12 @@ typedef struct dt_nn_ops {
                    const float *gamma, const float *beta, float eps);
     void (*ln_bwd)(const float *dy, const float *xhat, const float *rstd, size_t rows, int cols,
                    const float *gamma, float *dx, bool acc, float *dgamma, float *dbeta);
+    /* Attention scores s (n, heads, tq, tv) before the softmax: adds -1e9 (Keras's masked
+     * softmax for float32) where the query step is masked (qm (n, tq) is 0), the value or key
+     * step is masked (vm, km (n, tv)), or, causal, the value step comes after the query step.
+     * NULL masks mask nothing. */
+    void (*attn_mask)(float *s, const float *qm, const float *vm, const float *km, int n, int heads,
+                      int tq, int tv, bool causal);
 } dt_nn_ops;
 
 /* The CPU backend (OpenBLAS GEMM); never NULL. */

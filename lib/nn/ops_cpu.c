@@ -450,6 +450,7 @@ static const dt_nn_ops cpu_ops = {
     .seq_mean_bwd = dt__nn_cpu_seq_mean_bwd,
     .ln_fwd = dt__nn_cpu_ln_fwd,
     .ln_bwd = dt__nn_cpu_ln_bwd,
+    .attn_mask = dt__nn_cpu_attn_mask,
 };
 
 const dt_nn_ops *dt_nn_ops_cpu(void)

@@ -49,5 +49,7 @@ void dt__nn_cpu_ln_fwd(const float *x, float *y, float *xhat, float *rstd, size_
                        const float *gamma, const float *beta, float eps);
 void dt__nn_cpu_ln_bwd(const float *dy, const float *xhat, const float *rstd, size_t rows, int cols,
                        const float *gamma, float *dx, bool acc, float *dgamma, float *dbeta);
+void dt__nn_cpu_attn_mask(float *s, const float *qm, const float *vm, const float *km, int n,
+                          int heads, int tq, int tv, bool causal);
 
 #endif
