@@ -353,6 +353,21 @@ dt_status dt_csv_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
     ds->x_size = cols.nfeat;
     ds->x_rank = 1;
     ds->x_shape[0] = (int64_t)cols.nfeat;
+    if (src->image_rank > 0) { /* "shape": the row reshaped */
+        uint64_t prod = 1;
+        for (int i = 0; i < src->image_rank; i++)
+            prod *= (uint64_t)src->image_shape[i];
+        if (prod != cols.nfeat) {
+            st = dt_err_set(err, DT_EINVAL,
+                            "%s: \"shape\" holds %llu values but the rows have %zu feature "
+                            "columns; give a shape whose product is %zu",
+                            src->nfiles ? src->files[0] : "csv", (unsigned long long)prod,
+                            (size_t)cols.nfeat, (size_t)cols.nfeat);
+            goto fail;
+        }
+        ds->x_rank = src->image_rank;
+        memcpy(ds->x_shape, src->image_shape, sizeof(int64_t) * (size_t)src->image_rank);
+    }
     if (cols.nlab) {
         /* One column of non-negative integers is class ids; a list of label columns is a
          * target vector per row (regression targets, or one-hot labels). */

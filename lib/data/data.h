@@ -156,7 +156,7 @@ typedef struct dt_data_source {
     float scale; /* idx, csv: multiplies every feature value; 1 when not given */
     /* idx */
     char *images, *labels; /* labels may be NULL */
-    int image_rank;        /* 0: the IDX file's own shape; else a reshape of it */
+    int image_rank;        /* 0: the IDX file's own shape; else a reshape of it (csv: "shape") */
     int64_t image_shape[DT_MAX_IDX_DIMS];
     /* csv */
     bool header;                         /* default true */

@@ -248,7 +248,7 @@ static dt_status parse_csv(const cJSON *obj, const char *path, const char *base,
                            dt_data_source *src, dt_err *err)
 {
     static const char *const keys[] = {"format", "files",           "header", "label_column",
-                                       "scale",  "feature_columns", NULL};
+                                       "scale",  "feature_columns", "shape",  NULL};
     DT_TRY(check_keys(obj, path, keys, err));
     DT_TRY(parse_files(obj, path, base, src, err));
     src->header = true;
@@ -284,6 +284,15 @@ static dt_status parse_csv(const cJSON *obj, const char *path, const char *base,
     if (fc)
         DT_TRY(parse_columns(fc, path, "feature_columns", src->header, &src->feature_columns,
                              &src->feature_column_index, &src->nfeature_columns, err));
+    /* "shape": the row's features reshaped, row-major ([20, 3]: 20 timesteps of 3 channels). */
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(obj, "shape");
+    if (sh) {
+        char p2[512];
+        snprintf(p2, sizeof p2, "%s.shape", path);
+        DT_TRY(parse_shape(sh, p2, &src->image_rank, src->image_shape, err));
+        if (src->image_rank == 0)
+            return dt_err_set(err, DT_EINVAL, "%s: must not be empty", p2);
+    }
     return DT_OK;
 }
 

@@ -31,6 +31,9 @@ static const named_init inits[] = {
     {"TruncatedNormal",
      "truncated_normal",
      {.kind = DT_NN_INIT_TRUNCATED_NORMAL, .a = 0, .b = 0.05}},
+    /* Keras's shorter aliases ("uniform" is Embedding's default as its constructor spells it) */
+    {"RandomUniform", "uniform", {.kind = DT_NN_INIT_RANDOM_UNIFORM, .a = -0.05, .b = 0.05}},
+    {"RandomNormal", "normal", {.kind = DT_NN_INIT_RANDOM_NORMAL, .a = 0, .b = 0.05}},
 };
 
 static bool num(const cJSON *cfg, const char *key, double *out)

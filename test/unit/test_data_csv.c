@@ -4,6 +4,8 @@
 #include "core/buf.h"
 #include "data/data.h"
 
+#include <cjson/cJSON.h>
+
 static char *write_tmp(const char *name, const char *text)
 {
     dt_err err = {0};
@@ -151,4 +153,35 @@ DT_TEST(data_inspect_csv_numbers_outside_int64)
     ASSERT_EQ(info.nlabel_hist, 0);
     dt_data_file_info_destroy(&info);
     free(path);
+}
+
+/* "shape" reshapes a row's features (a Conv1D's (timesteps, channels) input from one CSV row);
+ * a shape of another size is refused naming the file and the column count. */
+DT_TEST(data_csv_shape)
+{
+    dt_err err = {0};
+    char *f = write_tmp("s.csv", "a,b,c,d,e,f,label\n1,2,3,4,5,6,0\n7,8,9,10,11,12,1\n");
+    const char *dir = dt_test_tmpdir();
+    cJSON *j = cJSON_Parse("{\"train\": {\"format\": \"csv\", \"files\": [\"s.csv\"], "
+                           "\"label_column\": \"label\", \"shape\": [3, 2]}}");
+    dt_data_spec spec;
+    ASSERT_OK(dt_data_spec_parse(j, "$.data", dir, &spec, &err), &err);
+    dt_dataset *ds;
+    ASSERT_OK(dt_dataset_load(&spec.train, &ds, &err), &err);
+    ASSERT_EQ(ds->x_rank, 2);
+    ASSERT_EQ(ds->x_shape[0], 3);
+    ASSERT_EQ(ds->x_shape[1], 2);
+    ASSERT_EQ(ds->x_size, 6);
+    ASSERT_NEAR(ds->x_f32[7], 8, 0);
+    dt_dataset_free(ds);
+    spec.train.image_shape[0] = 4;
+    ASSERT_STATUS(dt_dataset_load(&spec.train, &ds, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "s.csv: \"shape\" holds 8 values but the rows have 6 feature columns");
+    dt_data_spec_destroy(&spec);
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"train\": {\"format\": \"csv\", \"files\": [\"s.csv\"], \"shape\": []}}");
+    ASSERT_TRUE(dt_data_spec_parse(j, "$.data", dir, &spec, &err) != DT_OK);
+    ASSERT_CONTAINS(err.msg, "$.data.train.shape");
+    cJSON_Delete(j);
+    free(f);
 }

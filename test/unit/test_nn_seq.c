@@ -211,7 +211,7 @@ DT_TEST(nn_seq_keras_counts)
 DT_TEST(nn_seq_keras2_spellings)
 {
     dt_model *m = nn_build(
-        nn_seq("12", EMB(50, 4, ", \"input_length\": 12"),
+        nn_seq("12", EMB(50, 4, ", \"input_length\": 12, \"embeddings_initializer\": \"uniform\""),
                L("Convolution1D", "\"filters\": 5, \"kernel_size\": 3, \"padding\": \"causal\""),
                L("MaxPool1D", "\"pool_size\": 3, \"strides\": 1, \"padding\": \"same\""),
                L("LayerNormalization", "\"axis\": [2]"), L("GlobalMaxPool1D", ""), DENSE3, NULL),
