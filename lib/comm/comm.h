@@ -203,6 +203,10 @@ int dt_comm_local_members(const dt_comm_local *l);
 /* Nanoseconds the engine has spent running collectives (the memory passes), as
  * dt_comm_busy_ns. Thread-safe. */
 uint64_t dt_comm_local_busy_ns(dt_comm_local *l);
+/* As dt_comm_idle_ms for one member: -1 while a collective it has started is not finished,
+ * else how long (ms) since a collective last finished. Never blocks (-1 when it cannot tell
+ * at once). Thread-safe. */
+int64_t dt_comm_local_idle_ms(dt_comm_local *l, int member);
 /* Shard j of n floats: its first element and its length (0 when it lies wholly in padding). */
 void dt_comm_local_shard(const dt_comm_local *l, size_t n, int j, size_t *off, size_t *len);
 
@@ -286,6 +290,11 @@ dt_status dt_comm_hier_broadcast(dt_comm_hier *h, int member, void *buf, size_t 
 /* Busy time so far (dt_comm_busy_ns): the in-host comm's engine (every member's collectives;
  * they run together) and member's host ring (0 with one host). Thread-safe. */
 void dt_comm_hier_busy_ns(dt_comm_hier *h, int member, uint64_t *in_host, uint64_t *ring);
+/* As dt_comm_idle_ms for member's part: -1 while one of its in-host collectives or its host
+ * ring's is unfinished, else the shorter of the two idle times. A member thread stuck in a
+ * wait for longer than this is not held up by its siblings or the ring (the hung-trainer
+ * watchdog's question, per replica). Thread-safe. */
+int64_t dt_comm_hier_idle_ms(dt_comm_hier *h, int member);
 /* Host ring j (NULL with one host), e.g. for a watchdog that aborts it. */
 dt_comm *dt_comm_hier_ring(dt_comm_hier *h, int j);
 /* Aborts the in-host comm and every host ring with why. Thread-safe. */

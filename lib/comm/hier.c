@@ -191,6 +191,15 @@ void dt_comm_hier_busy_ns(dt_comm_hier *h, int member, uint64_t *in_host, uint64
     *ring = member >= 0 && member < h->G && h->ring[member] ? dt_comm_busy_ns(h->ring[member]) : 0;
 }
 
+int64_t dt_comm_hier_idle_ms(dt_comm_hier *h, int member)
+{
+    int64_t a = dt_comm_local_idle_ms(h->local, member);
+    if (a < 0 || member >= h->G || !h->ring[member])
+        return a;
+    int64_t b = dt_comm_idle_ms(h->ring[member]);
+    return b < 0 ? -1 : a < b ? a : b;
+}
+
 dt_comm *dt_comm_hier_ring(dt_comm_hier *h, int j)
 {
     return j >= 0 && j < h->G ? h->ring[j] : NULL;

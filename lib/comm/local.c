@@ -67,6 +67,7 @@ struct dt_comm_local {
     char reason[MSG_LEN];
     uint64_t next_seq[DT_COMM_LOCAL_MAX];
     _Atomic uint64_t busy_ns; /* the engine's time in collectives (dt_comm_local_busy_ns) */
+    _Atomic int64_t done_ms;  /* dt_now_ms() when a collective last finished (or the start) */
     coll *head, *tail;        /* in seq order; freed once done and waited for by every member */
 };
 
@@ -245,6 +246,7 @@ static void *engine_main(void *arg)
                 if (c->then[m])
                     c->then[m](c->then_ctx[m], DT_OK);
             pthread_mutex_lock(&l->mu);
+            atomic_store(&l->done_ms, dt_now_ms());
             c->running = 0;
             c->done = 1;
             c->st = DT_OK;
@@ -285,6 +287,7 @@ dt_status dt_comm_local_new(const dt_comm_local_opts *opts, dt_comm_local **out,
             snprintf(l->name[m], NAME_LEN, "member %d", m);
     }
     pthread_mutex_init(&l->mu, NULL);
+    atomic_init(&l->done_ms, dt_now_ms());
     if (cond_init_monotonic(&l->work_cv) || cond_init_monotonic(&l->done_cv)) {
         free(l); /* glibc's cond_init cannot fail with these attributes; be safe anyway */
         return dt_err_set(err, DT_ENOMEM, "in-host comm: cannot make condition variables");
@@ -324,6 +327,19 @@ void dt_comm_local_free(dt_comm_local *l)
     pthread_cond_destroy(&l->done_cv);
     pthread_mutex_destroy(&l->mu);
     free(l);
+}
+
+int64_t dt_comm_local_idle_ms(dt_comm_local *l, int member)
+{
+    /* A member thread holds the lock only for moments, but a stuck one might hold it: then
+     * say "in a collective" and let the caller ask again later rather than block. */
+    if (member < 0 || member >= l->G || pthread_mutex_trylock(&l->mu) != 0)
+        return -1;
+    int pending = 0;
+    for (coll *c = l->head; c && !pending; c = c->next)
+        pending = c->here[member] && !c->done;
+    pthread_mutex_unlock(&l->mu);
+    return pending ? -1 : dt_now_ms() - atomic_load(&l->done_ms);
 }
 
 uint64_t dt_comm_local_busy_ns(dt_comm_local *l)

@@ -38,13 +38,15 @@ struct jrun {
     atomic_bool reported; /* it is reporting Finished: nothing left but to return */
     pthread_mutex_t mu;   /* guards comm (for abort) and cancel_reason */
     dt_comm *comm;        /* the ring while fitting, else NULL */
+    dt_comm_hier *hier;   /* several replicas: their comm while fitting, else NULL */
     char cancel_reason[256];
     int64_t cancel_at_ms;
     atomic_bool stopping;  /* the daemon is stopping: no more reports (its loop is joining us) */
     dt_rpc_channel *chief; /* to the chief (its own address on rank 0) */
-    dt_train_pulse pulse;  /* fit's heartbeat, for the watchdog */
+    dt_train_pulse pulse[DT_JOBSPEC_MAX_DEVICES]; /* fit's heartbeat by replica, for the watchdog */
     _Atomic int64_t hang_ms;
-    bool hung; /* the watchdog gave up on it (loop thread) */
+    atomic_int replicas; /* pulses in use (0 until the trainer says: 1) */
+    bool hung;           /* the watchdog gave up on it (loop thread) */
 };
 
 static void run_free(jrun *r)
@@ -69,7 +71,9 @@ static void cancel_run(jrun *r, const char *reason, bool abort_now)
         r->cancel_at_ms = dt_now_ms();
     }
     atomic_store(&r->cancel, true);
-    if (r->comm && abort_now)
+    if (r->hier && abort_now)
+        dt_comm_hier_abort(r->hier, r->cancel_reason);
+    else if (r->comm && abort_now)
         dt_comm_abort(r->comm, r->cancel_reason);
     pthread_mutex_unlock(&r->mu);
 }
@@ -97,21 +101,27 @@ static const char *doing_name(int d)
 
 /* The trainer's own work has not beaten for longer than its limit: a stuck device, blocked
  * I/O, a frozen thread. A wait on its peers is not its own work, unless every collective it
- * waits for has finished (then its thread is what does not run). why says so. */
-static bool run_hung(jrun *r, char *why, size_t n)
+ * waits for has finished (then its thread is what does not run). Every replica's pulse counts
+ * (several replicas a daemon: one thread each); a replica stuck in its own work is named before
+ * a sibling that waits for it. why says so. */
+static bool replica_hung(jrun *r, int m, int comm_pass, char *why, size_t n)
 {
-    dt_train_pulse *p = &r->pulse;
+    dt_train_pulse *p = &r->pulse[m];
     int doing = atomic_load(&p->doing);
     int64_t hang = atomic_load(&r->hang_ms);
-    if (doing == DT_TRAIN_IDLE || hang <= 0)
+    if (doing == DT_TRAIN_IDLE || hang <= 0 || (doing == DT_TRAIN_COMM) != comm_pass)
         return false;
     int64_t now = dt_now_ms();
     int64_t since = now - atomic_load(&p->beat_ms);
     int64_t slow = HANG_SLOWEST_X * atomic_load(&p->slowest_ms);
     int64_t limit = hang > slow ? hang : slow;
+    int G = atomic_load(&r->replicas);
     if (doing == DT_TRAIN_COMM) {
+        /* several replicas: its in-host collectives and its host ring (its shard's) */
         pthread_mutex_lock(&r->mu);
-        int64_t idle = r->comm ? dt_comm_idle_ms(r->comm) : -1;
+        int64_t idle = r->hier             ? dt_comm_hier_idle_ms(r->hier, m)
+                       : r->comm && m == 0 ? dt_comm_idle_ms(r->comm)
+                                           : -1;
         pthread_mutex_unlock(&r->mu);
         if (idle < 0)
             return false;
@@ -122,13 +132,37 @@ static bool run_hung(jrun *r, char *why, size_t n)
     }
     if (since <= limit)
         return false;
+    char which[48] = "";
+    if (G > 1)
+        snprintf(which, sizeof which, " (replica %d of its %d)", m, G);
     snprintf(why, n,
-             "the trainer of job %s is hung: no progress for %.1f s in %s, after step %lld "
+             "the trainer of job %s is hung: no progress for %.1f s in %s%s, after step %lld "
              "(limit %.1f s: $.fault_tolerance.hang_timeout_s, or %dx its slowest step); a stuck "
              "device, blocked I/O or a frozen thread",
-             r->id, (double)since / 1000, doing_name(doing), (long long)atomic_load(&p->step),
-             (double)limit / 1000, HANG_SLOWEST_X);
+             r->id, (double)since / 1000, doing_name(doing), which,
+             (long long)atomic_load(&p->step), (double)limit / 1000, HANG_SLOWEST_X);
     return true;
+}
+
+static bool run_hung(jrun *r, char *why, size_t n)
+{
+    int G = atomic_load(&r->replicas);
+    if (G < 1)
+        G = 1;
+    if (G > DT_JOBSPEC_MAX_DEVICES)
+        G = DT_JOBSPEC_MAX_DEVICES;
+    for (int m = 0; m < G; m++)
+        if (replica_hung(r, m, 0, why, n))
+            return true;
+    /* All of them in collectives: a frozen replica blocks its siblings' next in-host one, and
+     * it is the one that stopped beating first. */
+    int worst = -1;
+    for (int m = 0; m < G; m++)
+        if (replica_hung(r, m, 1, why, n) &&
+            (worst < 0 ||
+             atomic_load(&r->pulse[m].beat_ms) < atomic_load(&r->pulse[worst].beat_ms)))
+            worst = m;
+    return worst >= 0 && replica_hung(r, worst, 1, why, n);
 }
 
 void dt__service_runner_reap(runner *rn)
@@ -162,6 +196,7 @@ static dt_status report_prepared(void *ctx, bool ok, const char *error, uint64_t
                                  uint64_t params, uint64_t steps_per_epoch, dt_err *err);
 static void report_progress(void *ctx, const jevent *ev);
 static void report_comm(void *ctx, dt_comm *c);
+static void report_hier(void *ctx, dt_comm_hier *h);
 static void report_finished(void *ctx, dt_status st, const char *error, const char *weights_hash,
                             const char *weights_path);
 
@@ -200,12 +235,14 @@ static dt_status run_new(runner *rn, const Dtrain__V1__StartJobRequest *req, jru
         .token = rn->token,
         .session = req->session,
         .hub = rn->hub,
-        .pulse = &r->pulse,
+        .pulse = r->pulse,
         .hang_ms = &r->hang_ms,
+        .replicas = &r->replicas,
         .hooks = {.ctx = r,
                   .prepared = report_prepared,
                   .progress = report_progress,
                   .comm = report_comm,
+                  .hier = report_hier,
                   .finished = report_finished},
     };
     *out = r;
@@ -413,6 +450,14 @@ static void report_comm(void *ctx, dt_comm *c)
     jrun *r = ctx;
     pthread_mutex_lock(&r->mu);
     r->comm = c;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void report_hier(void *ctx, dt_comm_hier *h)
+{
+    jrun *r = ctx;
+    pthread_mutex_lock(&r->mu);
+    r->hier = h;
     pthread_mutex_unlock(&r->mu);
 }
 

@@ -302,6 +302,10 @@ typedef struct trainer_hooks {
     void (*progress)(void *ctx, const jevent *ev);
     /* The ring while fit runs (a cancel aborts it), then NULL. */
     void (*comm)(void *ctx, dt_comm *c);
+    /* Several replicas ($.strategy.devices): their hierarchical comm while they fit (a cancel
+     * or the hang watchdog aborts it, which releases every replica and the other hosts), then
+     * NULL. Optional. */
+    void (*hier)(void *ctx, dt_comm_hier *h);
     /* The end, with the final weights' hash and path when st is DT_OK. */
     void (*finished)(void *ctx, dt_status st, const char *error, const char *weights_hash,
                      const char *weights_path);
@@ -324,10 +328,13 @@ typedef struct trainer_task {
     uint64_t session;
     dt_comm_hub *hub; /* NULL: one-task jobs only */
     trainer_hooks hooks;
-    /* fit beats pulse; the trainer stores the spec's hang timeout in *hang_ms, so the runner's
-     * watchdog (loop thread) can tell a stuck trainer from a slow one */
+    /* fit beats pulse (replica m of several beats pulse[m]: DT_JOBSPEC_MAX_DEVICES of them);
+     * the trainer stores the spec's hang timeout in *hang_ms and its replica count in
+     * *replicas (before they fit), so the runner's watchdog (loop thread) can tell a stuck
+     * replica from a slow one, whichever thread it is */
     dt_train_pulse *pulse;
     _Atomic int64_t *hang_ms;
+    atomic_int *replicas;
 } trainer_task;
 
 /* Prepare, report, wait for GO, fit, report: the whole run, on the calling thread. */

@@ -395,6 +395,8 @@ typedef struct replica {
 static void *replica_fit(void *arg)
 {
     replica *r = arg;
+    if (r->member > 0) /* its own name, so a stuck one can be told (and, in tests, frozen) */
+        pthread_setname_np(pthread_self(), "dt-replica");
     const trainer_task *t = r->t;
     dt_train_comm comm = {.ctx = &r->hc,
                           .rank = t->rank * r->G + r->member,
@@ -479,6 +481,8 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
     dt_train_info info0 = {0};
     if (st == DT_OK && t->hang_ms)
         atomic_store(t->hang_ms, (int64_t)spec->hang_timeout_s * 1000);
+    if (st == DT_OK && t->replicas)
+        atomic_store(t->replicas, G);
     for (int m = 0; st == DT_OK && m < G; m++) {
         reps[m] = (replica){.t = t, .member = m, .G = G, .hc = {.member = m}};
         dt_train_opts o = dt_train_opts_default();
@@ -487,7 +491,7 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
         o.out_dir = o.rank == 0 ? t->job_dir : NULL;
         o.cancel = t->cancel;
         o.resume = t->resume && o.rank == 0;
-        o.pulse = m == 0 ? t->pulse : NULL;
+        o.pulse = t->pulse ? &t->pulse[m] : NULL; /* the watchdog watches every replica */
         if (o.rank == 0)
             o.progress =
                 (dt_train_progress){pc, on_epoch_begin, on_step_end, on_epoch_end, on_resumed};
@@ -525,6 +529,8 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
         dt_comm *ring0 = dt_comm_hier_ring(hier, 0);
         if (ring0) /* a cancel or the hang watchdog aborts it; replica 0 then fails the rest */
             t->hooks.comm(t->hooks.ctx, ring0);
+        if (t->hooks.hier) /* or, better, all of it: every replica stops at once */
+            t->hooks.hier(t->hooks.ctx, hier);
         pthread_t *th = calloc((size_t)G, sizeof *th);
         bool *up = calloc((size_t)G, sizeof *up);
         for (int m = 0; m < G; m++)
@@ -546,6 +552,8 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
         free(up);
         if (ring0)
             t->hooks.comm(t->hooks.ctx, NULL);
+        if (t->hooks.hier)
+            t->hooks.hier(t->hooks.ctx, NULL);
         /* The cause, not its echo: a sibling's abort reaches the others as DT_ECANCELED. */
         int bad = -1;
         for (int m = 0; m < G; m++)

@@ -448,3 +448,31 @@ DT_TEST_TIMEOUT(comm_local_broadcast, 30)
     ASSERT_STATUS(dt_comm_local_broadcast(l, 0, &x, 4, 2, 5000, &err), DT_EINVAL);
     dt_comm_local_free(l);
 }
+
+/* What the hung-trainer watchdog reads (dt_comm_local_idle_ms), and the busy time the
+ * step-phase log reports: a member with a started, unfinished collective is "in it" (-1); one
+ * that has not joined it, or whose collectives are all done, is idle. */
+DT_TEST_TIMEOUT(comm_local_idle_and_busy, 30)
+{
+    dt_comm_local *l = local_new(2);
+    dt_err err = {0};
+    ASSERT_GE(dt_comm_local_idle_ms(l, 0), 0);
+    ASSERT_EQ(dt_comm_local_idle_ms(l, 2), -1); /* out of range */
+    ASSERT_EQ(dt_comm_local_busy_ns(l), 0);
+    static float a[1 << 18], b[1 << 18];
+    dt_comm_local_req *qa, *qb;
+    ASSERT_STATUS(dt_comm_local_start(l, 0, DT_COMM_LOCAL_ALLREDUCE, a, 1 << 18, 10000, NULL, NULL,
+                                      &qa, &err),
+                  DT_OK);
+    ASSERT_EQ(dt_comm_local_idle_ms(l, 0), -1); /* member 0 waits for member 1 */
+    ASSERT_GE(dt_comm_local_idle_ms(l, 1), 0);  /* member 1 is not in it yet */
+    ASSERT_STATUS(dt_comm_local_start(l, 1, DT_COMM_LOCAL_ALLREDUCE, b, 1 << 18, 10000, NULL, NULL,
+                                      &qb, &err),
+                  DT_OK);
+    ASSERT_STATUS(dt_comm_local_wait(qa, 10000, &err), DT_OK);
+    ASSERT_STATUS(dt_comm_local_wait(qb, 10000, &err), DT_OK);
+    ASSERT_GE(dt_comm_local_idle_ms(l, 0), 0);
+    ASSERT_GE(dt_comm_local_idle_ms(l, 1), 0);
+    ASSERT_GT(dt_comm_local_busy_ns(l), 0); /* a 1 MB pass took some time */
+    dt_comm_local_free(l);
+}
