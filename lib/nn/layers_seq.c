@@ -41,7 +41,9 @@ static dt_status seq_input(const dt__nn_layer *l, dt_err *err)
 /* ---- Embedding: y (.., output_dim) = embeddings[id] for every id of the input ---------------
  * Token ids arrive as floats (exact up to 2^24, hence the input_dim limit). An id outside
  * [0, input_dim) reads nothing (a row of zeros) and fails the step through check, naming the
- * id and where it was, as Keras's CPU gather names the index it refuses. */
+ * id and where it was, as Keras's CPU gather names the index it refuses.
+ * Fields: kh input_dim, units output_dim, kw input_length (0: none), keepdims mask_zero; stat
+ * holds embed_fwd's bad-id report. */
 
 #define EMBED_MAX_ROWS (1 << 24)
 
@@ -162,7 +164,8 @@ const dt__nn_layer_vt dt__nn_embedding = {
     .mask = DT_NN_MASK_MAKE,
 };
 
-/* ---- Conv1D: Conv2D over a (T, 1, C) image -------------------------------------------------- */
+/* ---- Conv1D: Conv2D over a (T, 1, C) image --------------------------------------------------
+ * kh, sh, dil[0]: kernel_size, strides, dilation_rate; pad[0] 1: causal padding. */
 
 static const char *const conv1d_keys[] = {"filters",
                                           "kernel_size",

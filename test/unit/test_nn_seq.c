@@ -247,6 +247,38 @@ DT_TEST(nn_seq_keras2_spellings)
     dt_model_free(m);
 }
 
+/* The mask rides through TimeDistributed, SpatialDropout1D and LayerNormalization to the
+ * pooling: [3, 4, 0, 0] averages two tokens exactly as [3, 4, 4, 3] averages four (were the
+ * padding counted, the first would mix in two rows of id 0). */
+DT_TEST(nn_seq_mask_passes_through)
+{
+    dt_model *m =
+        nn_build(nn_seq("4", EMB(6, 3, ", \"mask_zero\": true"),
+                        L("TimeDistributed", "\"layer\": {\"class_name\": \"Dense\", \"config\": "
+                                             "{\"units\": 5, \"activation\": \"tanh\"}}"),
+                        L("SpatialDropout1D", "\"rate\": 0.5"), L("LayerNormalization", ""),
+                        L("GlobalAveragePooling1D", ""), DENSE3, NULL),
+                 4);
+    float x[12] = {3, 4, 0, 0, 3, 4, 4, 3, 4, 0, 3, 0};
+    float y[9];
+    dt_err err = {0};
+    ASSERT_OK(dt_model_predict(m, x, 3, y, &err), &err);
+    for (int j = 0; j < 3; j++) {
+        ASSERT_NEAR(y[j], y[3 + j], 1e-6);
+        ASSERT_NEAR(y[j], y[6 + j], 1e-6);
+    }
+    /* Without mask_zero the padding counts and the outputs differ. */
+    dt_model_free(m);
+    m = nn_build(nn_seq("4", EMB(6, 3, ""),
+                        L("TimeDistributed", "\"layer\": {\"class_name\": \"Dense\", \"config\": "
+                                             "{\"units\": 5, \"activation\": \"tanh\"}}"),
+                        L("GlobalAveragePooling1D", ""), DENSE3, NULL),
+                 4);
+    ASSERT_OK(dt_model_predict(m, x, 3, y, &err), &err);
+    ASSERT_TRUE(fabsf(y[0] - y[3]) + fabsf(y[1] - y[4]) + fabsf(y[2] - y[5]) > 1e-4f);
+    dt_model_free(m);
+}
+
 /* ---- Embedding: ids out of range, the scatter-add gradient ------------------------------- */
 
 DT_TEST(nn_seq_embedding_bad_ids)
