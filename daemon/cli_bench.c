@@ -59,7 +59,8 @@ static void usage(FILE *f)
            "       dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]\n"
            "                              [--warmup-s S] [--wire f32|bf16|f16] [--streams K]\n"
            "                              [--chunk BYTES] [--verify] [--no-stream]\n"
-           "                              [--devices N] [--timeout SEC] [--json]\n\n"
+           "                              [--devices N] [--timeout SEC] [--json]\n"
+           "       dtrain bench data SPEC [--threads N] [--batch B] [--repeat K] [--json]\n\n"
            "train: one process, random data, sparse categorical cross-entropy and SGD;\n"
            "  --threads sets OpenBLAS's threads (default: the machine's setting).\n"
            "  --json prints {\"world_size\", \"batch\", \"samples_per_s\", \"step_s\", "
@@ -93,7 +94,10 @@ static void usage(FILE *f)
            "  float32 only. Sizes are per replica; busbw counts all R = daemons * N replicas,\n"
            "  algbw * 2(R-1)/R, as nccl-tests does; the flat ring's time (one replica a daemon)\n"
            "  is shown next to it. --json adds \"devices\", \"replicas\" and \"hier_rows\" (the\n"
-           "  rows' keys, with \"flat_time_s\"; cpu_s per daemon).\n");
+           "  rows' keys, with \"flat_time_s\"; cpu_s per daemon).\n"
+           "data: a job's input pipeline in this process: the training split of SPEC (a job\n"
+           "  spec, a data spec or a split) decoded and resized on --threads threads, then one\n"
+           "  epoch batched; images/s of each and of one pass (see dtrain bench data --help).\n");
 }
 
 static int bench_train(int argc, char **argv)
@@ -576,9 +580,12 @@ int dt_cli_bench(int argc, char **argv)
         return bench_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "allreduce"))
         return bench_allreduce(argc - 1, argv + 1);
-    static const char *const names[] = {"train", "allreduce"};
-    const char *near = dt_cli_nearest(argv[1], names, 2);
-    fprintf(stderr, "dtrain bench: unknown benchmark '%s'%s%s%s (train, allreduce; see --help)\n",
+    if (!strcmp(argv[1], "data"))
+        return dt_cli_bench_data(argc - 1, argv + 1);
+    static const char *const names[] = {"train", "allreduce", "data"};
+    const char *near = dt_cli_nearest(argv[1], names, 3);
+    fprintf(stderr,
+            "dtrain bench: unknown benchmark '%s'%s%s%s (train, allreduce, data; see --help)\n",
             argv[1], near ? "; did you mean " : "", near ? near : "", near ? "?" : "");
     return 2;
 }

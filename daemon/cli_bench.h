@@ -30,4 +30,7 @@ typedef struct dt_bench_train_opts {
  * or the chief is unreachable, 2 bad input or the cluster's world size is not o->workers). */
 int dt_cli_bench_train_cluster(const dt_bench_train_opts *o);
 
+/* dtrain bench data SPEC (cli_bench_data.c): argv[0] is "data"; returns the exit status. */
+int dt_cli_bench_data(int argc, char **argv);
+
 #endif

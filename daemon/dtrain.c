@@ -20,7 +20,7 @@ typedef struct verb {
 } verb;
 
 static const verb verbs[] = {
-    {"bench", dt_cli_bench, "benchmarks: dtrain bench train|allreduce (see --help)"},
+    {"bench", dt_cli_bench, "benchmarks: dtrain bench train|allreduce|data (see --help)"},
     {"cluster", dt_cli_cluster, "show the cluster's tasks, their state and heartbeats"},
     {"data", dt_cli_data, "inspect data files: dtrain data inspect FILE..."},
     {"summary", dt_cli_summary, "print a Keras model's layer table: dtrain summary MODEL.json"},

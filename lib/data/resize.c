@@ -51,11 +51,42 @@ static void lerp_taps(int in, int out, lerp_tap *taps)
     }
 }
 
+/* The same arithmetic on uint8 rows with the channel count C known to the compiler (the
+ * decoded images' case, most of a job's decode time): rows and column offsets hoisted out of
+ * the pixel loop. */
+static inline void bilinear_u8_rows(const dt__img_view *in, float *out, int oh, int ow,
+                                    const lerp_tap *ty, const lerp_tap *tx, const int C)
+{
+    for (int y = 0; y < oh; y++) {
+        const uint8_t *top = in->u8 + (size_t)ty[y].lo * in->stride;
+        const uint8_t *bot = in->u8 + (size_t)ty[y].hi * in->stride;
+        float ty_t = ty[y].t;
+        for (int x = 0; x < ow; x++) {
+            size_t l = (size_t)tx[x].lo * (size_t)C, r = (size_t)tx[x].hi * (size_t)C;
+            float t = tx[x].t;
+            for (int c = 0; c < C; c++) {
+                float tl = top[l + c], tr = top[r + c], bl = bot[l + c], br = bot[r + c];
+                float a = tl + (tr - tl) * t, b = bl + (br - bl) * t;
+                *out++ = a + (b - a) * ty_t;
+            }
+        }
+    }
+}
+
 static void resize_bilinear(const dt__img_view *in, float *out, int oh, int ow, lerp_tap *ty,
                             lerp_tap *tx)
 {
     lerp_taps(in->h, oh, ty);
     lerp_taps(in->w, ow, tx);
+    if (in->u8) {
+        if (in->c == 3)
+            bilinear_u8_rows(in, out, oh, ow, ty, tx, 3);
+        else if (in->c == 1)
+            bilinear_u8_rows(in, out, oh, ow, ty, tx, 1);
+        else
+            bilinear_u8_rows(in, out, oh, ow, ty, tx, in->c);
+        return;
+    }
     for (int y = 0; y < oh; y++)
         for (int x = 0; x < ow; x++)
             for (int c = 0; c < in->c; c++) {

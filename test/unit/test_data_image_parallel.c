@@ -271,3 +271,49 @@ DT_TEST_TIMEOUT(data_image_parallel_skip_in_a_shard_keeps_the_plan, 120)
     dt_dataset_free(full);
     dt_data_spec_destroy(&spec);
 }
+
+/* The uint8 fast path of bilinear resizing (decoded images) computes what the float path does:
+ * load_u8 = round(resize(float(decode))) for photos of mixed sizes, RGB and gray, up and down. */
+DT_TEST_TIMEOUT(data_image_u8_resize_equals_the_float_path, 120)
+{
+    img_need_python(false);
+    const char *dir = make_photos("u", 8, 0);
+    dt_data_spec spec;
+    dt_err err = {0};
+    ASSERT_OK(parse_spec(dir, "", "", &spec, &err), &err);
+    const int sizes[][2] = {{24, 20}, {100, 170}, {7, 3}};
+    for (size_t f = 0; f < spec.train.nfiles; f++) {
+        size_t len;
+        uint8_t *data = img_read("/", spec.train.files[f], &len);
+        for (int ch = 1; ch <= 3; ch += 2)
+            for (size_t s = 0; s < 3; s++) {
+                dt_image_opts o = dt_image_opts_default();
+                o.channels = ch;
+                o.height = sizes[s][0];
+                o.width = sizes[s][1];
+                o.dct_scaling = false;
+                dt_image im;
+                ASSERT_OK(dt_image_decode(data, len, &o, "photo", &im, &err), &err);
+                size_t n = (size_t)o.height * (size_t)o.width * (size_t)ch;
+                float *in = malloc((size_t)im.h * (size_t)im.w * (size_t)ch * sizeof(float));
+                float *want = malloc(n * sizeof(float));
+                uint8_t *got = malloc(n);
+                for (size_t i = 0; i < (size_t)im.h * (size_t)im.w * (size_t)ch; i++)
+                    in[i] = im.px[i];
+                ASSERT_OK(dt_image_resize(in, im.h, im.w, ch, want, o.height, o.width,
+                                          DT_INTERP_BILINEAR, &err),
+                          &err);
+                ASSERT_OK(dt_image_load_u8(data, len, &o, "photo", got, &err), &err);
+                for (size_t i = 0; i < n; i++) {
+                    float v = want[i] < 0 ? 0 : want[i] > 255 ? 255 : want[i];
+                    ASSERT_EQ(got[i], (uint8_t)(v + 0.5f));
+                }
+                free(in);
+                free(want);
+                free(got);
+                dt_image_destroy(&im);
+            }
+        free(data);
+    }
+    dt_data_spec_destroy(&spec);
+}
