@@ -55,7 +55,7 @@ static void usage(FILE *f)
            "                         [--steps N] [--warmup W] [--data SPEC] [--optimizer OPT]\n"
            "                         [--token-file FILE] [--timeout SEC] [--json]\n"
            "                         [--compression none|bf16|f16] [--bucket-mb MB]\n"
-           "                         [--first-bucket-mb MB]\n"
+           "                         [--first-bucket-mb MB] [--devices N]\n"
            "       dtrain bench allreduce [--sizes 4K,64K,1M,4M,16M,64M] [--iters N] [--warmup W]\n"
            "                              [--warmup-s S] [--wire f32|bf16|f16] [--streams K]\n"
            "                              [--chunk BYTES] [--verify] [--no-stream]\n"
@@ -79,6 +79,8 @@ static void usage(FILE *f)
            "  \"optimizer\", \"compression\"}. --compression sets the job's\n"
            "  $.strategy.compression (bf16 = bfloat16, f16 = float16: gradients on a 16-bit\n"
            "  wire); --bucket-mb and --first-bucket-mb its fusion buckets (defaults 25 and 1).\n"
+           "  --devices N: N CPU replicas a daemon ($.strategy.devices; the global batch splits\n"
+           "  over R * N replicas); the JSON adds \"devices\" and \"replicas\".\n"
            "allreduce: on the formed cluster, each size W untimed calls (default 1), then N\n"
            "  timed ones (default 5) on every rank; --warmup-s S adds untimed calls until S\n"
            "  seconds have passed (default 0.3: the ring's fresh TCP connections take a few\n"
@@ -118,6 +120,7 @@ static int bench_train(int argc, char **argv)
                                          {"compression", required_argument, NULL, 'C'},
                                          {"bucket-mb", required_argument, NULL, 'B'},
                                          {"first-bucket-mb", required_argument, NULL, 'F'},
+                                         {"devices", required_argument, NULL, 'D'},
                                          {0, 0, 0, 0}};
     const char *model = NULL;
     int batch = 64, threads = 0, steps = 50, warmup = -1, c;
@@ -185,6 +188,13 @@ static int bench_train(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'D':
+            co.devices = (int)strtol(optarg, &end, 10);
+            if (*end || co.devices < 1 || co.devices > 64) {
+                fprintf(stderr, "dtrain bench train: --devices %s: give 1..64 replicas\n", optarg);
+                return 2;
+            }
+            break;
         case 'B':
         case 'F': {
             double mb = strtod(optarg, &end);
@@ -217,10 +227,11 @@ static int bench_train(int argc, char **argv)
         co.json = json;
         return dt_cli_bench_train_cluster(&co);
     }
-    if (co.data || co.optimizer || co.compression || co.bucket_mb || co.first_bucket_mb) {
+    if (co.data || co.optimizer || co.compression || co.bucket_mb || co.first_bucket_mb ||
+        co.devices) {
         fprintf(stderr,
-                "dtrain bench train: --data, --optimizer, --compression and the bucket sizes "
-                "need a cluster (--workers R)\n");
+                "dtrain bench train: --data, --optimizer, --compression, --devices and the bucket "
+                "sizes need a cluster (--workers R)\n");
         return 2;
     }
     if (warmup < 0)

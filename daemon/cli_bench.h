@@ -22,6 +22,7 @@ typedef struct dt_bench_train_opts {
     const char *compression; /* --compression: $.strategy.compression ("bfloat16"), or NULL */
     double bucket_mb;        /* --bucket-mb: $.strategy.bucket_mb, or 0: the default */
     double first_bucket_mb;  /* --first-bucket-mb: $.strategy.first_bucket_mb, or 0 */
+    int devices;             /* --devices N: $.strategy.devices /cpu:0..N-1, or 0: one replica */
     double timeout_s;        /* the whole run */
     bool json;
 } dt_bench_train_opts;

@@ -141,8 +141,16 @@ static cJSON *build_spec(const dt_bench_train_opts *o)
     cJSON_AddNumberToObject(fit, "steps_per_epoch", rp.steps_per_epoch);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(spec, "checkpoint"), "save_freq",
                             NO_CHECKPOINT_STEPS);
-    if (o->compression || o->bucket_mb || o->first_bucket_mb) {
+    if (o->compression || o->bucket_mb || o->first_bucket_mb || o->devices) {
         cJSON *st = cJSON_AddObjectToObject(spec, "strategy");
+        if (o->devices) {
+            cJSON *dev = cJSON_AddArrayToObject(st, "devices");
+            for (int i = 0; i < o->devices; i++) {
+                char d[16];
+                snprintf(d, sizeof d, "/cpu:%d", i);
+                cJSON_AddItemToArray(dev, cJSON_CreateString(d));
+            }
+        }
         if (o->compression)
             cJSON_AddStringToObject(st, "compression", o->compression);
         if (o->bucket_mb)
@@ -336,6 +344,8 @@ int dt_cli_bench_train_cluster(const dt_bench_train_opts *o)
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddNumberToObject(j, "world_size", R);
+        cJSON_AddNumberToObject(j, "devices", o->devices ? o->devices : 1);
+        cJSON_AddNumberToObject(j, "replicas", R * (o->devices ? o->devices : 1));
         cJSON_AddNumberToObject(j, "batch", o->batch);
         cJSON_AddNumberToObject(j, "samples_per_s", sps);
         cJSON_AddNumberToObject(j, "step_s", step_s);
@@ -347,9 +357,11 @@ int dt_cli_bench_train_cluster(const dt_bench_train_opts *o)
         cJSON_AddStringToObject(j, "compression", o->compression ? o->compression : "none");
         dt_cli_print_json(j);
     } else {
-        printf("model %s, %d worker%s, global batch %d, gradient wire %s, steps %llu..%llu of job "
-               "%s timed:\n%.1f samples/s, %.3f ms/step (%.1f samples/s per worker)\n",
-               o->model, R, R == 1 ? "" : "s", o->batch,
+        int G = o->devices ? o->devices : 1;
+        printf("model %s, %d worker%s x %d replica%s, global batch %d, gradient wire %s, steps "
+               "%llu..%llu of job %s timed:\n%.1f samples/s, %.3f ms/step (%.1f samples/s per "
+               "worker)\n",
+               o->model, R, R == 1 ? "" : "s", G, G == 1 ? "" : "s", o->batch,
                o->compression && strcmp(o->compression, "none") ? o->compression : "float32",
                (unsigned long long)start.step + 1, (unsigned long long)f.end.step, id, sps,
                step_s * 1e3, sps / R);

@@ -45,6 +45,20 @@ for i in 0 1; do
   dt_assert_contains "$(cat "$DT_TEST_TMP/bench-w$i.log")" \
     "2 fusion buckets over 2428 gradients .* wire bfloat16" "worker:$i's bucket plan"
 done
+# --devices 2: 2 CPU replicas a daemon ($.strategy.devices), 4 replicas over the two tasks.
+jc bench train --workers 2 --devices 2 --model "$DT_TEST_TMP/model.json" --data "$DT_TEST_TMP/tiny.json" \
+  --batch 32 --steps 5 --json >"$DT_TEST_TMP/dev.json" 2>"$DT_TEST_TMP/dev.err" ||
+  dt_fail "bench train --devices 2 failed: $(cat "$DT_TEST_TMP/dev.err")"
+dt_assert_eq "$(dt_json_get replicas "$DT_TEST_TMP/dev.json")" 4 "replicas with --devices 2"
+dt_assert_eq "$(dt_json_get devices "$DT_TEST_TMP/dev.json")" 2 "devices"
+sps=$(dt_json_get samples_per_s "$DT_TEST_TMP/dev.json")
+awk -v s="$sps" 'BEGIN { exit !(s > 0) }' || dt_fail "samples_per_s with --devices 2 is '$sps'"
+dt_assert_contains "$(cat "$DT_TEST_TMP/bench-w1.log")" "rank 1 trains 2 CPU replicas .global ranks 2\\.\\.3 of 4" \
+  "worker:1 ran 2 replicas"
+rc=0
+"$DT_BIN_DIR/dtrain" bench train --devices 0 --workers 2 --model "$DT_TEST_TMP/model.json" >/dev/null 2>"$DT_TEST_TMP/nodev.err" || rc=$?
+dt_assert_eq "$rc" 2 "exit status of --devices 0"
+dt_assert_contains "$(cat "$DT_TEST_TMP/nodev.err")" "--devices 0: give 1..64" "the --devices message"
 rc=0
 jc bench train --workers 2 --model "$DT_TEST_TMP/model.json" --compression fp8 \
   >/dev/null 2>"$DT_TEST_TMP/fp8.err" || rc=$?
@@ -58,7 +72,7 @@ jc bench train --workers 3 --model "$DT_TEST_TMP/model.json" --data "$DT_TEST_TM
 dt_assert_eq "$rc" 2 "exit status of --workers 3 on 2 tasks"
 dt_assert_contains "$(cat "$DT_TEST_TMP/three.err")" "--workers 3, but .* has 2 tasks" "the message"
 dt_assert_eq "$(jc jobs --json | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))')" \
-  2 "jobs after the refused run"
+  3 "jobs after the refused run"
 
 # A job the chief refuses (its data is not there) is not a result.
 rc=0
