@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct named_init {
@@ -34,6 +35,7 @@ static const named_init inits[] = {
     /* Keras's shorter aliases ("uniform" is Embedding's default as its constructor spells it) */
     {"RandomUniform", "uniform", {.kind = DT_NN_INIT_RANDOM_UNIFORM, .a = -0.05, .b = 0.05}},
     {"RandomNormal", "normal", {.kind = DT_NN_INIT_RANDOM_NORMAL, .a = 0, .b = 0.05}},
+    {"Orthogonal", "orthogonal", {.kind = DT_NN_INIT_ORTHOGONAL, .a = 1}},
 };
 
 static bool num(const cJSON *cfg, const char *key, double *out)
@@ -70,7 +72,7 @@ dt_status dt__nn_init_parse(const cJSON *j, dt__nn_init *out, char *why, size_t 
         snprintf(why, why_len,
                  "initializer %s is not supported (Zeros, Ones, Constant, GlorotUniform, "
                  "GlorotNormal, HeUniform, HeNormal, LecunUniform, LecunNormal, VarianceScaling, "
-                 "RandomUniform, RandomNormal, TruncatedNormal)",
+                 "RandomUniform, RandomNormal, TruncatedNormal, Orthogonal)",
                  cls);
         return DT_ENOTSUP;
     }
@@ -86,6 +88,9 @@ dt_status dt__nn_init_parse(const cJSON *j, dt__nn_init *out, char *why, size_t 
     case DT_NN_INIT_RANDOM_NORMAL:
     case DT_NN_INIT_TRUNCATED_NORMAL:
         ok = num(cfg, "mean", &out->a) && num(cfg, "stddev", &out->b);
+        break;
+    case DT_NN_INIT_ORTHOGONAL:
+        ok = num(cfg, "gain", &out->a);
         break;
     case DT_NN_INIT_VARIANCE_SCALING:
         if (!strcmp(n->name, "VarianceScaling")) {
@@ -151,9 +156,54 @@ static double truncated(dt_rng *rng, double mean, double sd)
     }
 }
 
+/* Keras's Orthogonal: a normal (rows, cols) matrix, rows = the product of all axes but the
+ * last, made orthogonal by QR with R's diagonal made positive; Q^T when rows < cols. Gram-
+ * Schmidt on the columns of the (max, min) matrix is that QR (its R has a positive diagonal).
+ * Returns false when out of memory (the caller then fills nothing better than zeros). */
+static bool orthogonal(double gain, const dt_nn_shape *shape, float *host, dt_rng *rng)
+{
+    size_t n = dt__nn_shape_size(shape);
+    size_t cols = shape->rank ? (size_t)shape->d[shape->rank - 1] : 1, rows = n / cols;
+    size_t big = rows > cols ? rows : cols, small = rows > cols ? cols : rows;
+    double *q = malloc(big * small * sizeof *q); /* column-major: column k at q + k * big */
+    if (!q)
+        return false;
+    for (size_t i = 0; i < big * small; i++)
+        q[i] = dt_rng_normal(rng);
+    for (size_t k = 0; k < small; k++) {
+        double *ck = q + k * big;
+        for (int pass = 0; pass < 2; pass++) /* twice: orthogonal to rounding */
+            for (size_t j = 0; j < k; j++) {
+                const double *cj = q + j * big;
+                double d = 0;
+                for (size_t i = 0; i < big; i++)
+                    d += cj[i] * ck[i];
+                for (size_t i = 0; i < big; i++)
+                    ck[i] -= d * cj[i];
+            }
+        double nrm = 0;
+        for (size_t i = 0; i < big; i++)
+            nrm += ck[i] * ck[i];
+        nrm = sqrt(nrm);
+        for (size_t i = 0; i < big; i++)
+            ck[i] = nrm > 0 ? ck[i] / nrm : 0;
+    }
+    /* Q is (big, small); the weight is Q (rows >= cols) or Q^T, row-major (rows, cols). */
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++)
+            host[r * cols + c] = (float)(gain * (rows >= cols ? q[c * big + r] : q[r * big + c]));
+    free(q);
+    return true;
+}
+
 void dt__nn_init_fill(const dt__nn_init *init, const dt_nn_shape *shape, float *host, dt_rng *rng)
 {
     size_t n = dt__nn_shape_size(shape);
+    if (init->kind == DT_NN_INIT_ORTHOGONAL) {
+        if (!orthogonal(init->a, shape, host, rng))
+            memset(host, 0, n * sizeof *host);
+        return;
+    }
     double fi, fo;
     fans(shape, &fi, &fo);
     for (size_t i = 0; i < n; i++) {
@@ -177,6 +227,8 @@ void dt__nn_init_fill(const dt__nn_init *init, const dt_nn_shape *shape, float *
         case DT_NN_INIT_TRUNCATED_NORMAL:
             v = truncated(rng, init->a, init->b);
             break;
+        case DT_NN_INIT_ORTHOGONAL: /* filled above */
+            break;
         case DT_NN_INIT_VARIANCE_SCALING: {
             double fan = init->mode == DT_NN_FAN_IN    ? fi
                          : init->mode == DT_NN_FAN_OUT ? fo
@@ -196,6 +248,9 @@ void dt__nn_init_fill(const dt__nn_init *init, const dt_nn_shape *shape, float *
         }
         host[i] = (float)v;
     }
+    for (size_t i = (size_t)init->forget; init->forget > 0 && i < 2 * (size_t)init->forget && i < n;
+         i++)
+        host[i] = 1.0f;
 }
 
 dt_status dt__nn_act_parse(const char *name, dt_nn_act_p *out)

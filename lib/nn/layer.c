@@ -57,6 +57,10 @@ static const dt__nn_layer_vt *const classes[] = {
     &dt__nn_time_distributed,
     &dt__nn_spatial_dropout1d,
     &dt__nn_mha,
+    &dt__nn_simple_rnn,
+    &dt__nn_lstm,
+    &dt__nn_gru,
+    &dt__nn_bidirectional,
 };
 
 const dt__nn_layer_vt *dt__nn_find_class(const char *class_name)

@@ -42,6 +42,7 @@ typedef enum dt__nn_init_kind {
     DT_NN_INIT_RANDOM_UNIFORM,   /* a = minval, b = maxval */
     DT_NN_INIT_RANDOM_NORMAL,    /* a = mean, b = stddev */
     DT_NN_INIT_TRUNCATED_NORMAL, /* a = mean, b = stddev, cut at 2 stddev */
+    DT_NN_INIT_ORTHOGONAL,       /* a = gain */
 } dt__nn_init_kind;
 
 typedef enum { DT_NN_FAN_IN, DT_NN_FAN_OUT, DT_NN_FAN_AVG } dt__nn_fan;
@@ -52,6 +53,8 @@ typedef struct dt__nn_init {
     double a, b, scale;
     dt__nn_fan mode;
     dt__nn_dist dist;
+    /* > 0: then values [forget, 2 forget) are 1 (LSTM's unit_forget_bias; forget = units) */
+    int forget;
 } dt__nn_init;
 
 /* The Keras default kernel initializer (GlorotUniform). */
@@ -62,7 +65,7 @@ typedef struct dt__nn_init {
                    .dist = DT_NN_DIST_UNIFORM})
 
 typedef struct dt__nn_weight {
-    char var[24]; /* "kernel" */
+    char var[96]; /* "kernel", "forward_lstm/lstm_cell/recurrent_kernel" */
     dt_nn_shape shape;
     bool trainable;
     dt__nn_init init;
@@ -144,6 +147,15 @@ struct dt__nn_layer {
     float aug_factor_w[2], aug_fill_value;
     int aug_fill; /* dt_nn_fill */
     bool aug_same;
+
+    /* Recurrent layers (layers_rnn.c): the cell (dt_nn_cell), its activation and recurrent
+     * activation (dt_nn_cell_act), the recurrent kernel's initializer and regularizer, the
+     * options, and Bidirectional's merge mode and its two layers' names. */
+    int rnn_cell, rnn_act, rnn_rec, rnn_merge;
+    bool rnn_seq, rnn_back, rnn_reset_after, rnn_zero_masked, rnn_bidi;
+    dt__nn_init rinit;
+    float rl1, rl2;
+    char rnn_names[2][DT_NN_NAME_LEN];
 
     /* Masking: the rule (vt->mask unless build changes it), the layer whose mask covers this
      * output's timesteps (-1: none; model.c sets it after build) and a made mask. */
@@ -287,6 +299,9 @@ typedef struct dt__nn_graph {
     int output; /* index of the output layer; layer 0 is the only InputLayer */
 } dt__nn_graph;
 
+/* A built model's layers (the unit tests give a recurrent layer's input a mask by hand). */
+dt__nn_graph *dt__nn_model_graph(dt_model *m);
+
 /* Parses a model.to_json() document into g (layers parsed, not built: shapes are set later). */
 dt_status dt__nn_keras_parse(const cJSON *root, dt__nn_graph *g, dt_err *err);
 
@@ -303,5 +318,7 @@ extern const dt__nn_layer_vt dt__nn_input_layer, dt__nn_dense, dt__nn_flatten, d
 /* layers_seq.c, and SpatialDropout1D in layers_vision.c */
 extern const dt__nn_layer_vt dt__nn_embedding, dt__nn_conv1d, dt__nn_maxpool1d, dt__nn_avgpool1d,
     dt__nn_gap1d, dt__nn_gmp1d, dt__nn_layernorm, dt__nn_time_distributed, dt__nn_spatial_dropout1d;
+/* layers_rnn.c */
+extern const dt__nn_layer_vt dt__nn_simple_rnn, dt__nn_lstm, dt__nn_gru, dt__nn_bidirectional;
 
 #endif

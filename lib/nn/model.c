@@ -368,6 +368,11 @@ void dt_model_free(dt_model *m)
     free(m);
 }
 
+dt__nn_graph *dt__nn_model_graph(dt_model *m)
+{
+    return &m->g;
+}
+
 const char *dt_model_name(const dt_model *m)
 {
     return m->g.name;

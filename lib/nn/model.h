@@ -46,7 +46,7 @@ typedef struct dt_model_opts {
 
 /* One weight of the model, as Keras names and shapes it. */
 typedef struct dt_model_weight {
-    char name[DT_NN_NAME_LEN + 32]; /* "conv2d/kernel" */
+    char name[DT_NN_NAME_LEN + 96]; /* "conv2d/kernel", "bidirectional/forward_lstm/..." */
     int layer;                      /* index in dt_model_layer */
     int ndim;
     int64_t shape[DT_NN_MAX_RANK];

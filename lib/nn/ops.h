@@ -194,6 +194,58 @@ typedef struct dt_nn_update {
     bool ema_overwrite;
 } dt_nn_update;
 
+/* Recurrent cells, one timestep over n rows of u units (layers_rnn.c runs the GEMMs around
+ * them). G gates per unit: SIMPLE 1, LSTM 4 (Keras's order i, f, c, o), GRU 3 (z, r, h).
+ * Forward, per row b whose mask[b * ldm] is nonzero (mask NULL: every row):
+ *   SIMPLE  a += r; h1 = act(a)
+ *   LSTM    a += r; c1 = f c0 + i act(a_c); h1 = o act(c1) (i, f, o = rec(a_i), ...)
+ *   GRU reset_after  a_z += r_z, a_r += r_r, q = r_h (r holds h0 U + the recurrent bias);
+ *           h1 = z h0 + (1 - z) act(a_h + rec(a_r) q)
+ *   GRU !reset_after  phase 0: a_z += r_z, a_r += r_r, q = rec(a_r) h0; (the layer then
+ *           writes r_h = q U_h) phase 1: a_h += r_h, h1 = z h0 + (1 - z) act(a_h)
+ * A masked row keeps its state (h1 = h0, c1 = c0). y (NULL: none) gets h1, or 0 on a masked
+ * row when zero_masked (Keras's zero_output_for_mask).
+ * Backward, per row: dh holds the gradient of h1 from the later steps, to which dy adds
+ * (not on a masked row with zero_masked); dc that of c1. The kernel overwrites a with the
+ * gradient of the pre-activations (0 on a masked row), and dh (dc) with the part of h0's (c0's)
+ * gradient that does not go through U (the layer adds d(a) U^T). GRU reset_after also writes
+ * the gradient of r (it differs from a's in the h gate) into r. GRU !reset_after runs phase 1
+ * (z and h gates) first, then phase 0 with dq = d(a_h) U_h^T, which adds dq rec(a_r) to dh. */
+typedef enum dt_nn_cell { DT_NN_CELL_SIMPLE, DT_NN_CELL_LSTM, DT_NN_CELL_GRU } dt_nn_cell;
+
+/* The activations a cell applies (activation, recurrent_activation). */
+typedef enum dt_nn_cell_act {
+    DT_NN_CACT_LINEAR,
+    DT_NN_CACT_RELU,
+    DT_NN_CACT_SIGMOID,
+    DT_NN_CACT_TANH,
+    DT_NN_CACT_HARD_SIGMOID2, /* Keras 2's hard_sigmoid: clip(0.2 x + 0.5, 0, 1) */
+    DT_NN_CACT_HARD_SIGMOID3, /* Keras 3's: relu6(x + 3) / 6 = clip(x / 6 + 0.5, 0, 1) */
+} dt_nn_cell_act;
+
+typedef struct dt_nn_rnn_step {
+    dt_nn_cell cell;
+    int n, u;
+    dt_nn_cell_act act, rec;
+    bool reset_after, zero_masked;
+    int phase;
+    const float *mask; /* mask[b * ldm]; NULL: no row is masked */
+    int ldm;
+    float *a; /* (n, G u), row stride lda */
+    int lda;
+    float *r;        /* (n, G u), contiguous */
+    float *q;        /* GRU (n, u), contiguous */
+    const float *h0; /* (n, u) each, contiguous */
+    float *h1;
+    const float *c0; /* LSTM */
+    float *c1;
+    float *y; /* (n, u), row stride ldy */
+    int ldy;
+    const float *dy; /* backward: (n, u), row stride ldy; NULL: none */
+    float *dh, *dc;  /* (n, u) */
+    const float *dq; /* GRU !reset_after phase 0 */
+} dt_nn_rnn_step;
+
 typedef struct dt_nn_ops {
     const char *name;
     /* Device memory; alloc returns zeroed memory or NULL. */
@@ -345,6 +397,9 @@ typedef struct dt_nn_ops {
      * NULL masks mask nothing. */
     void (*attn_mask)(float *s, const float *qm, const float *vm, const float *km, int n, int heads,
                       int tq, int tv, bool causal);
+    /* One timestep of a recurrent cell, forward and backward: see dt_nn_rnn_step. */
+    void (*rnn_fwd)(const dt_nn_rnn_step *s);
+    void (*rnn_bwd)(const dt_nn_rnn_step *s);
 } dt_nn_ops;
 
 /* The CPU backend (OpenBLAS GEMM); never NULL. */

@@ -451,6 +451,8 @@ static const dt_nn_ops cpu_ops = {
     .ln_fwd = dt__nn_cpu_ln_fwd,
     .ln_bwd = dt__nn_cpu_ln_bwd,
     .attn_mask = dt__nn_cpu_attn_mask,
+    .rnn_fwd = dt__nn_cpu_rnn_fwd,
+    .rnn_bwd = dt__nn_cpu_rnn_bwd,
 };
 
 const dt_nn_ops *dt_nn_ops_cpu(void)

@@ -1,7 +1,7 @@
 /*
  * ops_cpu.h - internal: the CPU kernels shared between the files of the CPU backend
  * (ops_cpu.c builds the table; ops_cpu_conv.c, ops_cpu_train.c, ops_cpu_optim.c,
- * ops_cpu_image.c, ops_cpu_vision.c and ops_cpu_seq.c implement these).
+ * ops_cpu_image.c, ops_cpu_vision.c, ops_cpu_seq.c and ops_cpu_rnn.c implement these).
  * Contracts are those of the matching slots in nn/ops.h.
  */
 #ifndef DT_NN_OPS_CPU_H
@@ -51,5 +51,7 @@ void dt__nn_cpu_ln_bwd(const float *dy, const float *xhat, const float *rstd, si
                        const float *gamma, float *dx, bool acc, float *dgamma, float *dbeta);
 void dt__nn_cpu_attn_mask(float *s, const float *qm, const float *vm, const float *km, int n,
                           int heads, int tq, int tv, bool causal);
+void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s);
+void dt__nn_cpu_rnn_bwd(const dt_nn_rnn_step *s);
 
 #endif

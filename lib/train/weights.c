@@ -46,7 +46,7 @@ dt_status dt_train_save_weights(const dt_model *m, dt_optim *o, const char *cons
             const dt_model_weight *wt = dt_model_weight_at(m, i);
             if (!wt->trainable)
                 continue;
-            char name[DT_NN_NAME_LEN + 128];
+            char name[DT_NN_NAME_LEN + 192];
             snprintf(name, sizeof name, OPT_PREFIX "%s/%s", wt->name, slot);
             DT_TRY_GOTO(
                 dt_st_writer_add(w, name, DT_ST_F32, wt->ndim, wt->shape, buf + wt->offset, err),
@@ -131,7 +131,7 @@ dt_status dt_train_load_weights(dt_model *m, dt_optim *o, const char *path, dt_e
             const dt_model_weight *wt = dt_model_weight_at(m, i);
             if (!wt->trainable)
                 continue;
-            char name[DT_NN_NAME_LEN + 128];
+            char name[DT_NN_NAME_LEN + 192];
             snprintf(name, sizeof name, OPT_PREFIX "%s/%s", wt->name, slot);
             const dt_st_tensor *t = dt_st_find(f, name);
             if (!t) {

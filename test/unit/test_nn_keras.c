@@ -169,8 +169,9 @@ static void refused(const char *json, dt_status code, const char *a, const char 
 
 DT_TEST(nn_keras_refuses_unsupported_naming_layer_class_option)
 {
-    refused(nn_seq("4", "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"lstm_1\"}}", NULL),
-            DT_ENOTSUP, "'lstm_1'", "LSTM", "unsupported layer class");
+    refused(
+        nn_seq("4", "{\"class_name\": \"ConvLSTM2D\", \"config\": {\"name\": \"lstm_1\"}}", NULL),
+        DT_ENOTSUP, "'lstm_1'", "ConvLSTM2D", "unsupported layer class");
     refused(nn_seq("6, 6, 1",
                    "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
                    "\"kernel_size\": 3, \"dilation_rate\": 2, \"strides\": 2}}",
@@ -204,9 +205,9 @@ DT_TEST(nn_keras_refuses_unsupported_naming_layer_class_option)
             DT_ENOTSUP, "(Dense 'd')", "$.config.layers[", "'kernel_constraint'");
     refused(nn_seq("4",
                    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 2, "
-                   "\"kernel_initializer\": {\"class_name\": \"Orthogonal\", \"config\": {}}}}",
+                   "\"kernel_initializer\": {\"class_name\": \"Identity\", \"config\": {}}}}",
                    NULL),
-            DT_ENOTSUP, "'d'", "'kernel_initializer'", "Orthogonal");
+            DT_ENOTSUP, "'d'", "'kernel_initializer'", "Identity");
     refused(nn_seq("4",
                    "{\"class_name\": \"Dropout\", \"config\": {\"name\": \"dr\", \"rate\": 0.5, "
                    "\"noise_shape\": [null, 1]}}",

@@ -1,0 +1,666 @@
+/* layers_rnn.c - the recurrent layers SimpleRNN, LSTM and GRU and the Bidirectional wrapper, as
+ * Keras defines them (Keras 2 and 3 configs, weights named and laid out as Keras's:
+ * "lstm/lstm_cell/kernel" (in, 4 units) with the gates i, f, c, o; GRU z, r, h with a (2, 3 units)
+ * bias when reset_after).
+ *
+ * A direction runs the input projection of every timestep as one GEMM, then per timestep the
+ * recurrent GEMM and the cell's element-wise kernel (ops->rnn_fwd); backpropagation through time
+ * walks the steps back the same way and ends with one GEMM each for the kernel's gradient and
+ * the input's. Masked timesteps (dt__nn_in_mask) keep the state; their output is the kept state,
+ * or 0 with zero_output_for_mask (which Bidirectional sets with return_sequences, as Keras).
+ *
+ * Per-sample scratch (aux), per direction, in this order: the gate pre-activations A (T, G u)
+ * (overwritten by their gradients in backward), the states H (T + 1, u) time-major, an LSTM's
+ * cell states C (T + 1, u), a GRU's per-step q (T, u), the recurrent projection R (G u), the
+ * carried gradients dH, dC, dQ (u each), and Bidirectional's per-direction output and its
+ * gradient (T_out, u each). */
+#include "nn/layer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum { MERGE_CONCAT, MERGE_SUM, MERGE_MUL, MERGE_AVE };
+
+static int gates_of(int cell)
+{
+    return cell == DT_NN_CELL_LSTM ? 4 : cell == DT_NN_CELL_GRU ? 3 : 1;
+}
+
+static const char *cell_name(int cell)
+{
+    return cell == DT_NN_CELL_LSTM  ? "lstm_cell"
+           : cell == DT_NN_CELL_GRU ? "gru_cell"
+                                    : "simple_rnn_cell";
+}
+
+/* ---- config -------------------------------------------------------------------------------- */
+
+#define RNN_KEYS                                                                                   \
+    "units", "activation", "use_bias", "kernel_initializer", "recurrent_initializer",              \
+        "bias_initializer", "kernel_regularizer", "recurrent_regularizer", "bias_regularizer",     \
+        "activity_regularizer", "kernel_constraint", "recurrent_constraint", "bias_constraint",    \
+        "dropout", "recurrent_dropout", "seed", "return_sequences", "return_state",                \
+        "go_backwards", "stateful", "unroll", "time_major", "zero_output_for_mask"
+
+static const char *const simple_keys[] = {RNN_KEYS, NULL};
+static const char *const lstm_keys[] = {
+    RNN_KEYS, "recurrent_activation", "unit_forget_bias", "implementation", "use_cudnn", NULL};
+static const char *const gru_keys[] = {
+    RNN_KEYS, "recurrent_activation", "reset_after", "implementation", "use_cudnn", NULL};
+
+static const cJSON *get(const cJSON *cfg, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    return (v && !cJSON_IsNull(v)) ? v : NULL;
+}
+
+/* An activation a cell can apply. hard_sigmoid is clip(0.2 x + 0.5) in Keras 2 and
+ * relu6(x + 3) / 6 in Keras 3; keras2 says which wrote the config. */
+static dt_status cell_act(const dt__nn_layer *l, const cJSON *cfg, const char *key, int def,
+                          bool keras2, int *out, dt_err *err)
+{
+    const cJSON *v = get(cfg, key);
+    *out = def;
+    if (!v)
+        return DT_OK;
+    const char *name = NULL;
+    if (cJSON_IsString(v)) {
+        name = v->valuestring;
+    } else if (cJSON_IsObject(v)) { /* Keras 3: {"class_name": "function", "config": "tanh"} */
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "config");
+        name = cJSON_IsString(c) ? c->valuestring : NULL;
+    }
+    if (!name)
+        return dt__nn_layer_err(l, DT_EINVAL, err, "option '%s': expected an activation name", key);
+    static const struct {
+        const char *name;
+        int kind;
+    } acts[] = {{"tanh", DT_NN_CACT_TANH},
+                {"sigmoid", DT_NN_CACT_SIGMOID},
+                {"relu", DT_NN_CACT_RELU},
+                {"linear", DT_NN_CACT_LINEAR}};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
+        if (!strcmp(name, acts[i].name)) {
+            *out = acts[i].kind;
+            return DT_OK;
+        }
+    if (!strcmp(name, "hard_sigmoid")) {
+        *out = keras2 ? DT_NN_CACT_HARD_SIGMOID2 : DT_NN_CACT_HARD_SIGMOID3;
+        return DT_OK;
+    }
+    return dt__nn_layer_err(l, DT_ENOTSUP, err,
+                            "option '%s': activation \"%s\" is not supported in a recurrent cell "
+                            "(tanh, sigmoid, hard_sigmoid, relu, linear)",
+                            key, name);
+}
+
+static dt_status refuse_true(const dt__nn_layer *l, const cJSON *cfg, const char *key,
+                             const char *why, dt_err *err)
+{
+    bool b;
+    DT_TRY(dt__nn_cfg_bool(l, cfg, key, false, &b, err));
+    if (b)
+        return dt__nn_layer_err(l, DT_ENOTSUP, err, "option '%s': true is not supported (%s)", key,
+                                why);
+    return DT_OK;
+}
+
+static dt_status cell_parse(dt__nn_layer *l, const cJSON *cfg, int cell, dt_err *err)
+{
+    l->rnn_cell = cell;
+    DT_TRY(dt__nn_cfg_int(l, cfg, "units", 0, &l->units, err));
+    if (l->units < 1 || l->units > (1 << 20))
+        return dt__nn_layer_err(l, DT_EINVAL, err, "option 'units': %d is not in 1..1048576",
+                                l->units);
+    /* Keras 3 writes "seed"; Keras 2 "implementation" (LSTM, GRU) and "time_major". */
+    bool keras2 =
+        !cJSON_HasObjectItem(cfg, "seed") &&
+        (cJSON_HasObjectItem(cfg, "implementation") || cJSON_HasObjectItem(cfg, "time_major"));
+    DT_TRY(cell_act(l, cfg, "activation", DT_NN_CACT_TANH, keras2, &l->rnn_act, err));
+    l->rnn_rec = DT_NN_CACT_SIGMOID;
+    if (cell != DT_NN_CELL_SIMPLE)
+        DT_TRY(
+            cell_act(l, cfg, "recurrent_activation", DT_NN_CACT_SIGMOID, keras2, &l->rnn_rec, err));
+    DT_TRY(dt__nn_cfg_bool(l, cfg, "use_bias", true, &l->use_bias, err));
+    DT_TRY(
+        dt__nn_cfg_init(l, cfg, "kernel_initializer", DT_NN_INIT_GLOROT_UNIFORM_, &l->kinit, err));
+    DT_TRY(dt__nn_cfg_init(l, cfg, "recurrent_initializer",
+                           (dt__nn_init){.kind = DT_NN_INIT_ORTHOGONAL, .a = 1}, &l->rinit, err));
+    DT_TRY(dt__nn_cfg_init(l, cfg, "bias_initializer", (dt__nn_init){.kind = DT_NN_INIT_ZEROS},
+                           &l->binit, err));
+    bool forget = false, reset_after = true;
+    if (cell == DT_NN_CELL_LSTM)
+        DT_TRY(dt__nn_cfg_bool(l, cfg, "unit_forget_bias", true, &forget, err));
+    if (forget) /* Keras: the forget gate's bias starts at 1, the others from the initializer */
+        l->binit.forget = l->units;
+    if (cell == DT_NN_CELL_GRU)
+        DT_TRY(dt__nn_cfg_bool(l, cfg, "reset_after", true, &reset_after, err));
+    l->rnn_reset_after = cell == DT_NN_CELL_GRU && reset_after;
+    DT_TRY(dt__nn_cfg_regularizer(l, cfg, "kernel_regularizer", &l->kl1, &l->kl2, err));
+    DT_TRY(dt__nn_cfg_regularizer(l, cfg, "recurrent_regularizer", &l->rl1, &l->rl2, err));
+    DT_TRY(dt__nn_cfg_regularizer(l, cfg, "bias_regularizer", &l->bl1, &l->bl2, err));
+    DT_TRY(dt__nn_cfg_null(l, cfg, "activity_regularizer", err));
+    DT_TRY(dt__nn_cfg_null(l, cfg, "kernel_constraint", err));
+    DT_TRY(dt__nn_cfg_null(l, cfg, "recurrent_constraint", err));
+    DT_TRY(dt__nn_cfg_null(l, cfg, "bias_constraint", err));
+    static const char *const drops[] = {"dropout", "recurrent_dropout"};
+    for (int i = 0; i < 2; i++) {
+        float rate;
+        DT_TRY(dt__nn_cfg_float(l, cfg, drops[i], 0, &rate, err));
+        if (rate != 0)
+            return dt__nn_layer_err(l, DT_ENOTSUP, err,
+                                    "option '%s': %g is not supported (only 0; put a Dropout "
+                                    "layer before or after the recurrent layer instead)",
+                                    drops[i], (double)rate);
+    }
+    int ignored;
+    DT_TRY(dt__nn_cfg_int(l, cfg, "seed", 0, &ignored, err)); /* the model's seed drives draws */
+    DT_TRY(dt__nn_cfg_int(l, cfg, "implementation", 2, &ignored, err)); /* a speed choice */
+    const cJSON *cudnn = get(cfg, "use_cudnn"); /* a speed choice: true, false or "auto" */
+    if (cudnn && !cJSON_IsBool(cudnn) && !cJSON_IsString(cudnn))
+        return dt__nn_layer_err(l, DT_EINVAL, err,
+                                "option 'use_cudnn': expected true, false or "
+                                "\"auto\"");
+    bool b;
+    DT_TRY(dt__nn_cfg_bool(l, cfg, "unroll", false, &b, err)); /* same result either way */
+    DT_TRY(dt__nn_cfg_bool(l, cfg, "return_sequences", false, &l->rnn_seq, err));
+    DT_TRY(dt__nn_cfg_bool(l, cfg, "go_backwards", false, &l->rnn_back, err));
+    DT_TRY(dt__nn_cfg_bool(l, cfg, "zero_output_for_mask", false, &l->rnn_zero_masked, err));
+    DT_TRY(refuse_true(l, cfg, "return_state", "a model has one output per layer", err));
+    DT_TRY(refuse_true(l, cfg, "stateful", "every batch starts from zero states", err));
+    DT_TRY(refuse_true(l, cfg, "time_major", "inputs are (batch, timesteps, features)", err));
+    return DT_OK;
+}
+
+static dt_status simple_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
+{
+    return cell_parse(l, cfg, DT_NN_CELL_SIMPLE, err);
+}
+
+static dt_status lstm_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
+{
+    return cell_parse(l, cfg, DT_NN_CELL_LSTM, err);
+}
+
+static dt_status gru_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
+{
+    return cell_parse(l, cfg, DT_NN_CELL_GRU, err);
+}
+
+/* ---- Bidirectional config -------------------------------------------------------------------- */
+
+static const char *const bidi_keys[] = {"layer", "merge_mode", "backward_layer", NULL};
+
+/* Parses the recurrent layer at cfg's key into tmp; an error names the Bidirectional l, the key
+ * and the wrapped layer. */
+static dt_status inner_parse(dt__nn_layer *l, const cJSON *cfg, const char *key, dt__nn_layer *tmp,
+                             dt_err *err)
+{
+    const cJSON *j = get(cfg, key);
+    const cJSON *cn = j ? cJSON_GetObjectItemCaseSensitive(j, "class_name") : NULL;
+    const cJSON *ic = j ? cJSON_GetObjectItemCaseSensitive(j, "config") : NULL;
+    if (!cJSON_IsString(cn) || !cJSON_IsObject(ic))
+        return dt__nn_layer_err(l, DT_EINVAL, err,
+                                "option '%s': expected {\"class_name\": ..., \"config\": {...}}",
+                                key);
+    memset(tmp, 0, sizeof *tmp);
+    tmp->json_index = -1;
+    tmp->trainable = true;
+    tmp->vt = dt__nn_find_class(cn->valuestring);
+    if (tmp->vt != &dt__nn_simple_rnn && tmp->vt != &dt__nn_lstm && tmp->vt != &dt__nn_gru)
+        return dt__nn_layer_err(l, DT_ENOTSUP, err,
+                                "option '%s': class %s is not supported (SimpleRNN, LSTM, GRU)",
+                                key, cn->valuestring);
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(ic, "name");
+    snprintf(tmp->name, sizeof tmp->name, "%s", cJSON_IsString(nm) ? nm->valuestring : key);
+    if (strchr(tmp->name, '/'))
+        return dt__nn_layer_err(l, DT_EINVAL, err, "option '%s': name '%s' contains '/'", key,
+                                tmp->name);
+    char prefix[DT_NN_NAME_LEN + 64];
+    snprintf(prefix, sizeof prefix, "model: layer '%s' (%s): ", tmp->name, tmp->vt->class_name);
+    dt_status st = dt__nn_cfg_bool(tmp, ic, "trainable", true, &tmp->trainable, err);
+    const cJSON *k;
+    cJSON_ArrayForEach(k, ic)
+    {
+        bool known = !strcmp(k->string, "name") || !strcmp(k->string, "trainable") ||
+                     !strcmp(k->string, "dtype");
+        for (const char *const *p = tmp->vt->keys; !known && *p; p++)
+            known = !strcmp(*p, k->string);
+        if (!known && st == DT_OK)
+            st = dt__nn_layer_err(tmp, DT_ENOTSUP, err, "option '%s' is not supported", k->string);
+    }
+    if (st == DT_OK)
+        st = tmp->vt->parse(tmp, ic, err);
+    if (st != DT_OK) {
+        char rest[DT_ERR_LEN];
+        size_t pl = strlen(prefix);
+        int rl = snprintf(rest, sizeof rest, "%s",
+                          strncmp(err->msg, prefix, pl) == 0 ? err->msg + pl : err->msg);
+        (void)rl; /* a message cut at DT_ERR_LEN is fine */
+        return dt__nn_layer_err(l, st, err, "option '%s' (%s '%s'): %s", key, tmp->vt->class_name,
+                                tmp->name, rest);
+    }
+    return DT_OK;
+}
+
+static dt_status set_name(dt__nn_layer *l, int d, const char *prefix, const char *name, dt_err *err)
+{
+    int n = snprintf(l->rnn_names[d], sizeof l->rnn_names[d], "%s%s", prefix, name);
+    if (n < 0 || (size_t)n >= sizeof l->rnn_names[d])
+        return dt__nn_layer_err(l, DT_EINVAL, err, "the wrapped layer's name '%s' is too long",
+                                name);
+    return DT_OK;
+}
+
+static dt_status bidi_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
+{
+    const cJSON *mm = cJSON_GetObjectItemCaseSensitive(cfg, "merge_mode");
+    static const char *const modes[] = {"concat", "sum", "mul", "ave"};
+    l->rnn_merge = -1;
+    if (!mm)
+        l->rnn_merge = MERGE_CONCAT;
+    for (int i = 0; i < 4 && cJSON_IsString(mm); i++)
+        if (!strcmp(mm->valuestring, modes[i]))
+            l->rnn_merge = i;
+    if (l->rnn_merge < 0)
+        return dt__nn_layer_err(l, DT_ENOTSUP, err,
+                                "option 'merge_mode': %s is not supported (concat, sum, mul, ave; "
+                                "null returns two outputs)",
+                                cJSON_IsString(mm) ? mm->valuestring : "this value");
+    dt__nn_layer fw, bw;
+    DT_TRY(inner_parse(l, cfg, "layer", &fw, err));
+    /* Keras 3 names the forward layer "forward_" + its name without that prefix (its config
+     * already carries it); Keras 2 prefixes the wrapped layer's name. */
+    const char *base = !strncmp(fw.name, "forward_", 8) ? fw.name + 8 : fw.name;
+    DT_TRY(set_name(l, 0, "forward_", base, err));
+    if (get(cfg, "backward_layer")) {
+        DT_TRY(inner_parse(l, cfg, "backward_layer", &bw, err));
+        if (bw.vt != fw.vt || bw.units != fw.units || bw.rnn_act != fw.rnn_act ||
+            bw.rnn_rec != fw.rnn_rec || bw.use_bias != fw.use_bias ||
+            bw.rnn_reset_after != fw.rnn_reset_after || bw.rnn_seq != fw.rnn_seq ||
+            bw.rnn_back == fw.rnn_back)
+            return dt__nn_layer_err(l, DT_ENOTSUP, err,
+                                    "option 'backward_layer': only the mirror of 'layer' is "
+                                    "supported (same class, units, activations, use_bias, "
+                                    "reset_after and return_sequences; the other go_backwards)");
+        /* Keras 3 stores the backward layer under its final name "backward_..."; Keras 2
+         * prefixes a given backward layer's name. */
+        DT_TRY(set_name(l, 1, strncmp(bw.name, "backward_", 9) ? "backward_" : "", bw.name, err));
+    } else { /* Keras makes it: "backward_" + the wrapped layer's name */
+        DT_TRY(set_name(l, 1, "backward_", fw.name, err));
+    }
+    l->rnn_cell = fw.rnn_cell;
+    l->units = fw.units;
+    l->rnn_act = fw.rnn_act;
+    l->rnn_rec = fw.rnn_rec;
+    l->use_bias = fw.use_bias;
+    l->rnn_reset_after = fw.rnn_reset_after;
+    l->rnn_seq = fw.rnn_seq;
+    l->rnn_back = fw.rnn_back;
+    l->rnn_zero_masked = fw.rnn_seq; /* Keras's Bidirectional forces zero_output_for_mask */
+    l->kinit = fw.kinit;
+    l->rinit = fw.rinit;
+    l->binit = fw.binit;
+    l->kl1 = fw.kl1;
+    l->kl2 = fw.kl2;
+    l->rl1 = fw.rl1;
+    l->rl2 = fw.rl2;
+    l->bl1 = fw.bl1;
+    l->bl2 = fw.bl2;
+    l->trainable = l->trainable && fw.trainable;
+    l->rnn_bidi = true;
+    return DT_OK;
+}
+
+/* ---- build ----------------------------------------------------------------------------------- */
+
+static int n_dirs(const dt__nn_layer *l)
+{
+    return l->rnn_bidi ? 2 : 1;
+}
+
+static int steps(const dt__nn_layer *l)
+{
+    return l->in_shape[0].d[0];
+}
+
+static int steps_out(const dt__nn_layer *l)
+{
+    return l->rnn_seq ? steps(l) : 1;
+}
+
+/* Floats of scratch per sample and direction (see the file comment). */
+static size_t dir_floats(const dt__nn_layer *l)
+{
+    size_t T = (size_t)steps(l), u = (size_t)l->units, gu = (size_t)gates_of(l->rnn_cell) * u;
+    size_t f = T * gu + (T + 1) * u + gu + 3 * u;
+    if (l->rnn_cell == DT_NN_CELL_LSTM)
+        f += (T + 1) * u;
+    if (l->rnn_cell == DT_NN_CELL_GRU)
+        f += T * u;
+    if (l->rnn_bidi)
+        f += 2 * (size_t)steps_out(l) * u;
+    return f;
+}
+
+static dt_status rnn_build(dt__nn_layer *l, dt_err *err)
+{
+    const dt_nn_shape *in = &l->in_shape[0];
+    if (in->rank != 2)
+        return dt__nn_layer_err(
+            l, DT_EINVAL, err, "needs a (timesteps, features) input, not one of %d axes", in->rank);
+    int T = in->d[0], D = in->d[1], u = l->units, gu = gates_of(l->rnn_cell) * u;
+    int width = l->rnn_bidi && l->rnn_merge == MERGE_CONCAT ? 2 * u : u;
+    l->out = l->rnn_seq ? (dt_nn_shape){2, {T, width}} : (dt_nn_shape){1, {width}};
+    for (int d = 0; d < n_dirs(l); d++) {
+        static const char *const vars[] = {"kernel", "recurrent_kernel", "bias"};
+        dt_nn_shape shapes[3] = {{2, {D, gu}}, {2, {u, gu}}, {1, {gu}}};
+        if (l->rnn_reset_after)
+            shapes[2] = (dt_nn_shape){2, {2, gu}}; /* input bias, recurrent bias */
+        const dt__nn_init *inits[3] = {&l->kinit, &l->rinit, &l->binit};
+        const float l1[3] = {l->kl1, l->rl1, l->bl1}, l2[3] = {l->kl2, l->rl2, l->bl2};
+        for (int k = 0; k < (l->use_bias ? 3 : 2); k++) {
+            char var[sizeof l->w[0].var];
+            int len = snprintf(var, sizeof var, "%s%s%s/%s", l->rnn_bidi ? l->rnn_names[d] : "",
+                               l->rnn_bidi ? "/" : "", cell_name(l->rnn_cell), vars[k]);
+            if (len < 0 || (size_t)len >= sizeof var)
+                return dt__nn_layer_err(l, DT_EINVAL, err,
+                                        "the weight name %s/%s/... is too long; shorten the "
+                                        "wrapped layer's name",
+                                        l->name, l->rnn_names[d]);
+            dt__nn_weight *w = dt__nn_add_weight(l, var, shapes[k], true, *inits[k]);
+            w->l1 = l1[k];
+            w->l2 = l2[k];
+        }
+    }
+    l->mask_rule = l->rnn_seq ? DT_NN_MASK_PASS : DT_NN_MASK_DROP;
+    l->aux_bytes = (size_t)n_dirs(l) * dir_floats(l) * sizeof(float);
+    return DT_OK;
+}
+
+/* ---- one direction --------------------------------------------------------------------------- */
+
+typedef struct dir_bufs {
+    float *a, *h, *c, *q, *r, *dh, *dc, *dq, *y, *dy;
+} dir_bufs;
+
+static dir_bufs bufs(dt__nn_layer *l, const dt__nn_ctx *c, int d)
+{
+    size_t n = (size_t)c->n, T = (size_t)steps(l), u = (size_t)l->units;
+    size_t gu = (size_t)gates_of(l->rnn_cell) * u;
+    float *p = (float *)l->aux + (size_t)d * n * dir_floats(l);
+    dir_bufs b = {0};
+#define TAKE(f, cnt) (b.f = p, p += n * (cnt))
+    TAKE(a, T * gu);
+    TAKE(h, (T + 1) * u);
+    if (l->rnn_cell == DT_NN_CELL_LSTM)
+        TAKE(c, (T + 1) * u);
+    if (l->rnn_cell == DT_NN_CELL_GRU)
+        TAKE(q, T * u);
+    TAKE(r, gu);
+    TAKE(dh, u);
+    TAKE(dc, u);
+    TAKE(dq, u);
+    if (l->rnn_bidi) {
+        TAKE(y, (size_t)steps_out(l) * u);
+        TAKE(dy, (size_t)steps_out(l) * u);
+    }
+#undef TAKE
+    return b;
+}
+
+static dt__nn_weight *dir_w(dt__nn_layer *l, int d)
+{
+    return &l->w[d * (l->use_bias ? 3 : 2)];
+}
+
+/* Direction d reads the input reversed (go_backwards; Bidirectional's backward layer flips it)
+ * and Bidirectional's backward direction writes its outputs back in input order. */
+static bool rev_in(const dt__nn_layer *l, int d)
+{
+    return d == 0 ? l->rnn_back : !l->rnn_back;
+}
+
+static dt_nn_rnn_step step_at(dt__nn_layer *l, dt__nn_ctx *c, const dir_bufs *b, int d, int s)
+{
+    int n = c->n, T = steps(l), u = l->units, gu = gates_of(l->rnn_cell) * u;
+    int t = rev_in(l, d) ? T - 1 - s : s;
+    const float *mask = dt__nn_in_mask(c, l, 0);
+    size_t nu = (size_t)n * (size_t)u;
+    return (dt_nn_rnn_step){
+        .cell = (dt_nn_cell)l->rnn_cell,
+        .n = n,
+        .u = u,
+        .act = (dt_nn_cell_act)l->rnn_act,
+        .rec = (dt_nn_cell_act)l->rnn_rec,
+        .reset_after = l->rnn_reset_after,
+        .zero_masked = l->rnn_zero_masked,
+        .mask = mask ? mask + t : NULL,
+        .ldm = T,
+        .a = b->a + (size_t)t * (size_t)gu,
+        .lda = T * gu,
+        .r = b->r,
+        .q = b->q ? b->q + (size_t)s * nu : NULL,
+        .h0 = b->h + (size_t)s * nu,
+        .h1 = b->h + (size_t)(s + 1) * nu,
+        .c0 = b->c ? b->c + (size_t)s * nu : NULL,
+        .c1 = b->c ? b->c + (size_t)(s + 1) * nu : NULL,
+        .ldy = steps_out(l) * u,
+        .dh = b->dh,
+        .dc = b->dc,
+        .dq = b->dq,
+    };
+}
+
+/* The output row of step s in out (n, T_out, u): every step's with return_sequences (in input
+ * order for Bidirectional's backward direction), else the last step's only. */
+static float *out_at(const dt__nn_layer *l, int d, int s, float *out)
+{
+    int T = steps(l);
+    if (!l->rnn_seq)
+        return s == T - 1 ? out : NULL;
+    int o = (l->rnn_bidi && d == 1) ? T - 1 - s : s;
+    return out + (size_t)o * (size_t)l->units;
+}
+
+static void dir_forward(dt__nn_layer *l, dt__nn_ctx *c, int d, float *out)
+{
+    const dt_nn_ops *o = c->ops;
+    int n = c->n, T = steps(l), D = l->in_shape[0].d[1], u = l->units;
+    int gu = gates_of(l->rnn_cell) * u;
+    bool split = l->rnn_cell == DT_NN_CELL_GRU && !l->rnn_reset_after;
+    dir_bufs b = bufs(l, c, d);
+    const dt__nn_weight *w = dir_w(l, d);
+    dt_nn_gemm(o, false, false, n * T, gu, D, 1.0f, dt__nn_x(c, l, 0), D, w[0].data, gu, 0.0f, b.a,
+               gu);
+    if (l->use_bias)
+        o->bias_add(b.a, w[2].data, (size_t)n * (size_t)T, gu);
+    o->fill((size_t)n * (size_t)u, 0.0f, b.h);
+    if (b.c)
+        o->fill((size_t)n * (size_t)u, 0.0f, b.c);
+    for (int s = 0; s < T; s++) {
+        dt_nn_rnn_step st = step_at(l, c, &b, d, s);
+        st.y = out_at(l, d, s, out);
+        if (!split) {
+            dt_nn_gemm(o, false, false, n, gu, u, 1.0f, st.h0, u, w[1].data, gu, 0.0f, b.r, gu);
+            if (l->rnn_reset_after && l->use_bias)
+                o->bias_add(b.r, w[2].data + gu, (size_t)n, gu);
+            o->rnn_fwd(&st);
+        } else { /* the reset gate scales h0 before its product with the candidate's kernel */
+            dt_nn_gemm(o, false, false, n, 2 * u, u, 1.0f, st.h0, u, w[1].data, gu, 0.0f, b.r, gu);
+            st.phase = 0;
+            o->rnn_fwd(&st);
+            dt_nn_gemm(o, false, false, n, u, u, 1.0f, st.q, u, w[1].data + 2 * u, gu, 0.0f,
+                       b.r + 2 * u, gu);
+            st.phase = 1;
+            o->rnn_fwd(&st);
+        }
+    }
+}
+
+/* Backpropagation through time of direction d given its output's gradient dout; leaves the
+ * gradient of the pre-activations in b.a for the input's gradient. */
+static void dir_backward(dt__nn_layer *l, dt__nn_ctx *c, int d, const float *dout)
+{
+    const dt_nn_ops *o = c->ops;
+    int n = c->n, T = steps(l), D = l->in_shape[0].d[1], u = l->units;
+    int gu = gates_of(l->rnn_cell) * u;
+    bool split = l->rnn_cell == DT_NN_CELL_GRU && !l->rnn_reset_after;
+    bool ra = l->rnn_reset_after;
+    dir_bufs b = bufs(l, c, d);
+    dt__nn_weight *w = dir_w(l, d);
+    float *gr = w[1].grad, *gb = l->use_bias ? w[2].grad : NULL;
+    const float *U = w[1].data;
+    o->fill((size_t)n * (size_t)u, 0.0f, b.dh);
+    if (b.c)
+        o->fill((size_t)n * (size_t)u, 0.0f, b.dc);
+    if (gr)
+        o->fill((size_t)u * (size_t)gu, 0.0f, gr);
+    if (ra && gb)
+        o->fill((size_t)gu, 0.0f, gb + gu);
+    for (int s = T - 1; s >= 0; s--) {
+        dt_nn_rnn_step st = step_at(l, c, &b, d, s);
+        st.dy = out_at(l, d, s, (float *)dout);
+        st.r = ra ? b.r : NULL;
+        int lda = st.lda;
+        if (!split) {
+            o->rnn_bwd(&st);
+            const float *g = ra ? b.r : st.a; /* the gradient of h0 U (+ recurrent bias) */
+            int ldg = ra ? gu : lda;
+            if (gr)
+                dt_nn_gemm(o, true, false, u, gu, n, 1.0f, st.h0, u, g, ldg, 1.0f, gr, gu);
+            if (ra && gb)
+                o->bias_grad(b.r, (size_t)n, gu, gb + gu, true);
+            dt_nn_gemm(o, false, true, n, u, gu, 1.0f, g, ldg, U, gu, 1.0f, b.dh, u);
+        } else {
+            st.phase = 1;
+            o->rnn_bwd(&st);
+            dt_nn_gemm(o, false, true, n, u, u, 1.0f, st.a + 2 * u, lda, U + 2 * u, gu, 0.0f, b.dq,
+                       u);
+            st.phase = 0;
+            o->rnn_bwd(&st);
+            if (gr) {
+                dt_nn_gemm(o, true, false, u, 2 * u, n, 1.0f, st.h0, u, st.a, lda, 1.0f, gr, gu);
+                dt_nn_gemm(o, true, false, u, u, n, 1.0f, st.q, u, st.a + 2 * u, lda, 1.0f,
+                           gr + 2 * u, gu);
+            }
+            dt_nn_gemm(o, false, true, n, u, 2 * u, 1.0f, st.a, lda, U, gu, 1.0f, b.dh, u);
+        }
+    }
+    if (w[0].grad)
+        dt_nn_gemm(o, true, false, D, gu, n * T, 1.0f, dt__nn_x(c, l, 0), D, b.a, gu, 0.0f,
+                   w[0].grad, gu);
+    if (gb)
+        o->bias_grad(b.a, (size_t)n * (size_t)T, gu, gb, false);
+}
+
+/* ---- the layers ------------------------------------------------------------------------------ */
+
+static void rnn_forward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    if (!l->rnn_bidi) {
+        dir_forward(l, c, 0, l->y);
+        return;
+    }
+    const dt_nn_ops *o = c->ops;
+    dir_bufs f = bufs(l, c, 0), b = bufs(l, c, 1);
+    dir_forward(l, c, 0, f.y);
+    dir_forward(l, c, 1, b.y);
+    int u = l->units;
+    size_t rows = (size_t)c->n * (size_t)steps_out(l), all = rows * (size_t)u;
+    switch (l->rnn_merge) {
+    case MERGE_CONCAT:
+        o->copy2d(rows, u, f.y, u, l->y, 2 * u, false);
+        o->copy2d(rows, u, b.y, u, l->y + u, 2 * u, false);
+        break;
+    case MERGE_SUM:
+        o->copy(all, f.y, l->y, false);
+        o->axpby(all, 1.0f, b.y, 1.0f, l->y);
+        break;
+    case MERGE_AVE:
+        o->copy(all, f.y, l->y, false);
+        o->axpby(all, 0.5f, b.y, 0.5f, l->y);
+        break;
+    case MERGE_MUL:
+        o->mul(all, f.y, b.y, l->y, false);
+        break;
+    }
+}
+
+static void rnn_backward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    const dt_nn_ops *o = c->ops;
+    if (!l->rnn_bidi) {
+        dir_backward(l, c, 0, l->dy);
+    } else {
+        dir_bufs f = bufs(l, c, 0), b = bufs(l, c, 1);
+        int u = l->units;
+        size_t rows = (size_t)c->n * (size_t)steps_out(l), all = rows * (size_t)u;
+        switch (l->rnn_merge) {
+        case MERGE_CONCAT:
+            o->copy2d(rows, u, l->dy, 2 * u, f.dy, u, false);
+            o->copy2d(rows, u, l->dy + u, 2 * u, b.dy, u, false);
+            break;
+        case MERGE_SUM:
+        case MERGE_AVE:
+            o->copy(all, l->dy, f.dy, false);
+            if (l->rnn_merge == MERGE_AVE)
+                o->axpby(all, 0.0f, l->dy, 0.5f, f.dy);
+            o->copy(all, f.dy, b.dy, false);
+            break;
+        case MERGE_MUL:
+            o->mul(all, l->dy, b.y, f.dy, false);
+            o->mul(all, l->dy, f.y, b.dy, false);
+            break;
+        }
+        dir_backward(l, c, 0, f.dy);
+        dir_backward(l, c, 1, b.dy);
+    }
+    dt__nn_weights_done(c, l);
+    if (!dt__nn_need_dx(c, l, 0))
+        return;
+    bool acc;
+    float *dx = dt__nn_dx(c, l, 0, &acc);
+    int n = c->n, T = steps(l), D = l->in_shape[0].d[1], gu = gates_of(l->rnn_cell) * l->units;
+    for (int d = 0; d < n_dirs(l); d++) { /* dx (=/+=) d(pre-activations) kernel^T */
+        dir_bufs b = bufs(l, c, d);
+        dt_nn_gemm(o, false, true, n * T, D, gu, 1.0f, b.a, gu, dir_w(l, d)[0].data, gu,
+                   (acc || d > 0) ? 1.0f : 0.0f, dx, D);
+    }
+}
+
+const dt__nn_layer_vt dt__nn_simple_rnn = {
+    .class_name = "SimpleRNN",
+    .parse = simple_parse,
+    .build = rnn_build,
+    .forward = rnn_forward,
+    .backward = rnn_backward,
+    .keys = simple_keys,
+};
+
+const dt__nn_layer_vt dt__nn_lstm = {
+    .class_name = "LSTM",
+    .parse = lstm_parse,
+    .build = rnn_build,
+    .forward = rnn_forward,
+    .backward = rnn_backward,
+    .keys = lstm_keys,
+};
+
+const dt__nn_layer_vt dt__nn_gru = {
+    .class_name = "GRU",
+    .parse = gru_parse,
+    .build = rnn_build,
+    .forward = rnn_forward,
+    .backward = rnn_backward,
+    .keys = gru_keys,
+};
+
+const dt__nn_layer_vt dt__nn_bidirectional = {
+    .class_name = "Bidirectional",
+    .parse = bidi_parse,
+    .build = rnn_build,
+    .forward = rnn_forward,
+    .backward = rnn_backward,
+    .keys = bidi_keys,
+};
