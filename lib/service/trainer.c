@@ -470,11 +470,21 @@ out:
 }
 
 /* Prepare every replica, report once, fit them all, report once. */
+/* The job's TensorBoard run folder, "<name>-<id>" (the id is job_dir's last part), so jobs
+ * sharing a log_dir show as runs of their own. */
+static void tb_run_name(const trainer_task *t, const dt_jobspec *spec, char *out, size_t n)
+{
+    const char *id = t->job_dir ? strrchr(t->job_dir, '/') : NULL;
+    snprintf(out, n, "%s-%s", spec->name, id ? id + 1 : "job");
+}
+
 static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progress_ctx *pc)
 {
     const trainer_hooks *h = &t->hooks;
     int G = spec->ndevices;
     dt_err err = {0};
+    char tb_run[DT_JOBSPEC_NAME_LEN + 32];
+    tb_run_name(t, spec, tb_run, sizeof tb_run);
     replica *reps = calloc((size_t)G, sizeof *reps);
     dt_status st = reps ? DT_OK : dt_err_set(&err, DT_ENOMEM, "out of memory");
     uint64_t examples = 0;
@@ -489,6 +499,7 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
         o.rank = t->rank * G + m;
         o.world = t->world * G;
         o.out_dir = o.rank == 0 ? t->job_dir : NULL;
+        o.tb_run = tb_run;
         o.cancel = t->cancel;
         o.resume = t->resume && o.rank == 0;
         o.pulse = t->pulse ? &t->pulse[m] : NULL; /* the watchdog watches every replica */
@@ -606,11 +617,14 @@ void dt__service_trainer_main(const trainer_task *t)
         dt_jobspec_destroy(&spec);
         return;
     }
+    char tb_run[DT_JOBSPEC_NAME_LEN + 32];
     if (st == DT_OK) {
+        tb_run_name(t, &spec, tb_run, sizeof tb_run);
         dt_train_opts o = dt_train_opts_default();
         o.rank = t->rank;
         o.world = t->world;
         o.out_dir = t->rank == 0 ? t->job_dir : NULL;
+        o.tb_run = tb_run;
         o.cancel = t->cancel;
         o.resume = t->resume && t->rank == 0;
         o.pulse = t->pulse;

@@ -65,7 +65,7 @@ struct dt_trainer {
     double first_start; /* when this step's first bucket was started */
     int64_t phase_at;   /* dt_now_ms() of the last pulse phase change */
 
-    dt_tfevents *tb;
+    dt_tfevents *tb, *tbv; /* TensorBoard's train and validation runs (chief) */
 
     /* $.fit.callbacks: each one's direction (+1 larger is better), its state, and for
      * EarlyStopping's restore_best_weights the best epoch's params + state (np + ns floats). */
@@ -372,6 +372,7 @@ void dt_train_free(dt_trainer *t)
     dt_optim_free(t->opt);
     dt_model_free(t->m);
     dt_tfevents_close(t->tb);
+    dt_tfevents_close(t->tbv);
     free(t->ckpt_dir);
     free(t->lo);
     free(t->hi);
@@ -737,19 +738,48 @@ static dt_status validate_epoch(dt_trainer *t, const dt_train_comm *c, int64_t e
 
 /* ------------------------------------------------------------------------------- fit -- */
 
-static void tb_scalar(dt_trainer *t, const char *tag, int64_t step, double v)
+static void tb_write(dt_tfevents *w, const char *tag, int64_t step, double v)
 {
     dt_err e = {0};
-    if (t->tb && dt_tfevents_scalar(t->tb, tag, step, v, &e) != DT_OK)
+    if (w && dt_tfevents_scalar(w, tag, step, v, &e) != DT_OK)
         DT_WARN("train", "tensorboard: %s", e.msg);
 }
 
-/* A compiled metric's scalar: the prefix ("epoch_", "batch_") and its log name. */
+static void tb_scalar(dt_trainer *t, const char *tag, int64_t step, double v)
+{
+    tb_write(t->tb, tag, step, v);
+}
+
+/* A compiled metric's scalar: the prefix ("epoch_", "batch_") and its log name. Validation
+ * values go to the validation run under the training tag ("epoch_auc", not "epoch_val_auc"),
+ * so TensorBoard draws the two curves in one chart, as Keras's callback writes them. */
 static void tb_metric(dt_trainer *t, const char *prefix, const dt_train_metric *m, int64_t step)
 {
     char tag[sizeof m->name + 8];
-    snprintf(tag, sizeof tag, "%.7s%.*s", prefix, (int)sizeof m->name - 1, m->name);
-    tb_scalar(t, tag, step, m->value);
+    const char *name = m->name;
+    dt_tfevents *w = t->tb;
+    if (!strncmp(name, "val_", 4)) {
+        name += 4;
+        w = t->tbv;
+    }
+    snprintf(tag, sizeof tag, "%.7s%.*s", prefix, (int)sizeof m->name - 1, name);
+    tb_write(w, tag, step, m->value);
+}
+
+/* Keras's layout: <log_dir>/train and <log_dir>/validation, under the job's own run folder when
+ * the caller names one (two jobs may share a log_dir; TensorBoard then lists each job). */
+static dt_status tb_open(dt_trainer *t, dt_err *err)
+{
+    const char *run = t->opts.tb_run;
+    char dir[4096];
+    for (int v = 0; v < 2; v++) {
+        int n = snprintf(dir, sizeof dir, "%s%s%s/%s", t->spec->tensorboard_dir, run ? "/" : "",
+                         run ? run : "", v ? "validation" : "train");
+        if (n < 0 || (size_t)n >= sizeof dir)
+            return dt_err_set(err, DT_ETOOBIG, "$.tensorboard.log_dir: path too long");
+        DT_TRY(dt_tfevents_open(dir, v ? &t->tbv : &t->tb, err));
+    }
+    return DT_OK;
 }
 
 static dt_status write_final(dt_trainer *t, const position *pos, dt_train_result *res, dt_err *err)
@@ -896,7 +926,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     if (pos.resumed && pg->resumed)
         pg->resumed(pg->ctx, (int)pos.epoch, pos.step, pos.global_step);
     if (chief && t->spec->tensorboard_dir && !t->tb)
-        DT_TRY(dt_tfevents_open(t->spec->tensorboard_dir, &t->tb, err));
+        DT_TRY(tb_open(t, err));
     bool ckpt_on = chief && t->ckpt_dir;
     int epochs = t->spec->epochs;
     /* on_train_begin, unless the state came with the checkpoint */
@@ -1093,9 +1123,9 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             if (ei.has_accuracy)
                 tb_scalar(t, "epoch_accuracy", e, ei.accuracy);
             if (ei.has_val) {
-                tb_scalar(t, "epoch_val_loss", e, ei.val_loss);
+                tb_write(t->tbv, "epoch_loss", e, ei.val_loss);
                 if (ei.has_accuracy)
-                    tb_scalar(t, "epoch_val_accuracy", e, ei.val_accuracy);
+                    tb_write(t->tbv, "epoch_accuracy", e, ei.val_accuracy);
                 for (int i = 0; i < ei.nmetrics; i++)
                     tb_metric(t, "epoch_", &ei.val_metrics[i], e);
             }
@@ -1103,7 +1133,8 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
                 tb_metric(t, "epoch_", &ei.metrics[i], e);
             tb_scalar(t, "epoch_samples_per_s", e, ei.samples_per_s);
             dt_err fe = {0};
-            if (t->tb && dt_tfevents_flush(t->tb, &fe) != DT_OK)
+            if ((t->tb && dt_tfevents_flush(t->tb, &fe) != DT_OK) ||
+                (t->tbv && dt_tfevents_flush(t->tbv, &fe) != DT_OK))
                 DT_WARN("train", "tensorboard: %s", fe.msg);
             pulse(t, DT_TRAIN_WORK);
         }
@@ -1169,9 +1200,10 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
     dt_model_set_beat(t->m, NULL);
     t->comm = NULL;
     res->weights_hash = dt_train_weights_hash(t->m);
-    if (t->tb) {
+    if (t->tb || t->tbv) {
         dt_tfevents_close(t->tb);
-        t->tb = NULL;
+        dt_tfevents_close(t->tbv);
+        t->tb = t->tbv = NULL;
     }
     return st;
 }

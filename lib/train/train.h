@@ -204,6 +204,9 @@ typedef struct dt_train_opts {
     bool resume;             /* chief: start from the latest checkpoint if there is one */
     int64_t data_timeout_ms; /* a batch not ready by then is an error; default 600000 */
     dt_train_pulse *pulse;   /* NULL: none; else fit beats it (see dt_train_pulse) */
+    /* The job's run folder in $.tensorboard.log_dir ("fmnist-3"): events go to
+     * log_dir/run/train and log_dir/run/validation; NULL: log_dir/train and log_dir/validation. */
+    const char *tb_run;
 } dt_train_opts;
 
 typedef struct dt_train_result {

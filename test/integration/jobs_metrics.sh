@@ -67,12 +67,18 @@ for k in top2 mean_io_u auc; do
   dt_json_get "$k" "$DT_TEST_TMP/eval.json" >/dev/null || dt_fail "evaluate --json has no $k"
 done
 
-# TensorBoard on the chief: Keras's tags.
-tb=$(find "$DT_TEST_TMP/metrics-w0" -path '*tb-metrics*' -name 'events.out.tfevents.*' | head -1)
-[[ -n $tb ]] || dt_fail "no TensorBoard file under the chief's state dir"
-for tag in epoch_top2 epoch_val_top2 epoch_mean_io_u epoch_val_auc batch_top2; do
+# TensorBoard on the chief: Keras's runs (the job's own folder, train and validation) and tags.
+tb=$(find "$DT_TEST_TMP/metrics-w0" -path '*tb-metrics/*-1/train/*' -name 'events.out.tfevents.*' | head -1)
+[[ -n $tb ]] || dt_fail "no TensorBoard train run under tb-metrics/<name>-1 in the chief's state dir"
+for tag in epoch_loss epoch_top2 epoch_mean_io_u batch_top2; do
   grep -aq "$tag" "$tb" || dt_fail "TensorBoard file $tb has no $tag"
 done
+tbv=$(find "$DT_TEST_TMP/metrics-w0" -path '*tb-metrics/*-1/validation/*' -name 'events.out.tfevents.*' | head -1)
+[[ -n $tbv ]] || dt_fail "no TensorBoard validation run next to $tb"
+for tag in epoch_loss epoch_top2 epoch_auc; do
+  grep -aq "$tag" "$tbv" || dt_fail "TensorBoard file $tbv has no $tag"
+done
+grep -aq epoch_val_ "$tbv" && dt_fail "the validation run has val_ tags (Keras writes the training tags there)"
 
 # Refused at submit, naming the metric.
 jobs_spec "$DT_TEST_TMP/bad.json" 1 32

@@ -196,15 +196,18 @@ DT_TEST_TIMEOUT(train_checkpoint_resume, 120)
     ASSERT_STREQ(ref[0].res.final_path, final);
     struct stat sb;
     ASSERT_EQ(stat(final, &sb), 0);
-    char tb[1100];
-    snprintf(tb, sizeof tb, "%s/tb", dt_test_tmpdir());
-    DIR *d = opendir(tb);
-    ASSERT_TRUE(d != NULL);
-    int events = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        events += strncmp(e->d_name, "events.out.tfevents.", 20) == 0;
-    closedir(d);
-    ASSERT_EQ(events, 1);
+    /* Keras's layout: a train and a validation run, one event file each */
+    for (int v = 0; v < 2; v++) {
+        char tb[1100];
+        snprintf(tb, sizeof tb, "%s/tb/%s", dt_test_tmpdir(), v ? "validation" : "train");
+        DIR *d = opendir(tb);
+        ASSERT_TRUE(d != NULL);
+        int events = 0;
+        for (struct dirent *e; (e = readdir(d));)
+            events += strncmp(e->d_name, "events.out.tfevents.", 20) == 0;
+        closedir(d);
+        ASSERT_EQ(events, 1);
+    }
 
     /* cancelled during step 10, so stopped after 11 (checkpoint at 8 and at the stop), then
      * resumed */

@@ -550,12 +550,12 @@ static void val_expected(const dt_jobspec *spec, const float *params, size_t npa
     dt_dataset_free(ds);
 }
 
-/* Whether the chief's TensorBoard files under tb-<stem> hold the tag (a plain string inside
- * the Summary protobuf). */
-static bool tb_has(const char *stem, const char *tag)
+/* Whether the chief's TensorBoard files under tb-<stem>/<run> ("train" or "validation") hold
+ * the tag (a plain string inside the Summary protobuf). */
+static bool tb_has(const char *stem, const char *run, const char *tag)
 {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/tb-%s", dt_test_tmpdir(), stem);
+    snprintf(dir, sizeof dir, "%s/tb-%s/%s", dt_test_tmpdir(), stem, run);
     DIR *d = opendir(dir);
     ASSERT_TRUE(d != NULL);
     bool found = false;
@@ -640,15 +640,21 @@ static void run(int kind)
         ASSERT_STREQ(ev.metrics[i].name, spec.metrics[i].name);
         ASSERT_NEAR(ev.metrics[i].value, want[i].value, 1e-6); /* batches of 7, not 40 */
     }
-    /* TensorBoard: Keras's tags, "epoch_" and "batch_" before the log name */
+    /* TensorBoard: Keras's runs and tags, "epoch_" and "batch_" before the log name; the
+     * validation run uses the training tags, so the curves overlay */
     char tag[96];
+    ASSERT_TRUE(tb_has(STEMS[kind], "train", "epoch_loss"));
+    ASSERT_TRUE(tb_has(STEMS[kind], "validation", "epoch_loss"));
+    ASSERT_TRUE(!tb_has(STEMS[kind], "validation", "epoch_val_loss"));
+    ASSERT_TRUE(!tb_has(STEMS[kind], "validation", "batch_loss"));
     for (int i = 0; i < spec.nmetrics; i++) {
         snprintf(tag, sizeof tag, "epoch_%s", a->metrics[i].name);
-        ASSERT_TRUE(tb_has(STEMS[kind], tag));
+        ASSERT_TRUE(tb_has(STEMS[kind], "train", tag));
+        ASSERT_TRUE(tb_has(STEMS[kind], "validation", tag));
         snprintf(tag, sizeof tag, "epoch_%s", a->val_metrics[i].name);
-        ASSERT_TRUE(tb_has(STEMS[kind], tag));
+        ASSERT_TRUE(!tb_has(STEMS[kind], "train", tag));
         snprintf(tag, sizeof tag, "batch_%s", a->metrics[i].name);
-        ASSERT_TRUE(tb_has(STEMS[kind], tag));
+        ASSERT_TRUE(tb_has(STEMS[kind], "train", tag));
     }
     tt_free(one, 1);
     tt_free(two, 2);
