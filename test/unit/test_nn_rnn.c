@@ -651,3 +651,95 @@ DT_TEST(nn_rnn_deterministic)
     free(g[0]);
     free(g[1]);
 }
+
+/* ---- with Embedding(mask_zero): the mask made by the layer that Keras makes it in ----------- */
+
+#define EMB                                                                                        \
+    "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"embedding\", \"input_dim\": "        \
+    "10, \"output_dim\": 4, \"mask_zero\": true}}"
+
+/* The same tokens padded with 0 before, after or around them give the same final output (a
+ * masked step keeps the state), forward, backward and both ways; without the mask they do not. */
+DT_TEST(nn_rnn_embedding_mask_zero_padding)
+{
+    static const float ids[4][6] = {
+        {3, 5, 2, 0, 0, 0}, {0, 0, 0, 3, 5, 2}, {0, 3, 0, 5, 2, 0}, {3, 5, 2, 9, 9, 9}};
+    const char *layers[] = {
+        rnn("LSTM", "\"units\": 5"),
+        rnn("GRU", "\"units\": 5, \"go_backwards\": true"),
+        rnn("GRU", "\"units\": 5, \"reset_after\": false"),
+        rnn("SimpleRNN", "\"units\": 5"),
+        bidi(rnn("LSTM", "\"units\": 3"), ", \"merge_mode\": \"sum\""),
+        bidi(rnn("GRU", "\"units\": 3, \"return_sequences\": true"), ""),
+    };
+    for (size_t k = 0; k < sizeof layers / sizeof layers[0]; k++) {
+        bool seq = k == 5;
+        /* the second layer reads the first's sequence with the mask passed on */
+        const char *json = seq ? nn_seq("6", EMB, layers[k], rnn("LSTM", "\"units\": 4"), NULL)
+                               : nn_seq("6", EMB, layers[k], NULL);
+        dt_model *m = nn_build(json, 21);
+        size_t out = dt_model_output_size(m);
+        float y[4 * 8];
+        dt_err err = {0};
+        ASSERT_OK(dt_model_predict(m, &ids[0][0], 4, y, &err), &err);
+        double same = 0, other = 0;
+        for (size_t j = 0; j < out; j++) {
+            same = fmax(same, fmax(fabs(y[j] - y[out + j]), fabs(y[j] - y[2 * out + j])));
+            other = fmax(other, fabs(y[j] - y[3 * out + j]));
+        }
+        ASSERT_TRUE(same < 1e-6);
+        ASSERT_TRUE(other > 1e-4); /* real tokens 9 in place of the padding change it */
+        dt_model_free(m);
+    }
+}
+
+/* Finite differences through Embedding -> recurrent layer with padded ids: the embeddings'
+ * gradient goes only to the rows of real tokens, and matches the loss's differences. */
+DT_TEST(nn_rnn_embedding_mask_zero_grad)
+{
+    static const float ids[4][6] = {
+        {3, 5, 2, 0, 0, 0}, {0, 0, 1, 3, 5, 2}, {7, 3, 0, 5, 2, 0}, {4, 5, 2, 9, 8, 6}};
+    const char *layers[] = {
+        rnn("LSTM", "\"units\": 4"),
+        rnn("GRU", "\"units\": 4, \"return_sequences\": true, \"go_backwards\": true"),
+        bidi(rnn("GRU", "\"units\": 3, \"reset_after\": false, \"return_sequences\": true"),
+             ", \"merge_mode\": \"mul\""),
+    };
+    for (size_t k = 0; k < sizeof layers / sizeof layers[0]; k++) {
+        const char *json = nn_seq("6", EMB, layers[k], k ? FLATTEN : DENSE(3, "linear"),
+                                  k ? DENSE(3, "linear") : NULL, NULL);
+        dt_model *m = nn_build(json, 5);
+        int32_t labels[4] = {0, 1, 2, 1};
+        dt_model_batch b = {.x = &ids[0][0], .labels = labels, .n = 4};
+        dt_rng rng = *dt_model_rng(m);
+        nn_loss_at(m, &sce_logits, &b, &rng);
+        size_t np;
+        float *grads = dt_model_grads(m, &np), *params = dt_model_params(m, NULL);
+        float *g0 = malloc(np * sizeof(float));
+        memcpy(g0, grads, np * sizeof(float));
+        const dt_model_weight *e = dt_model_find_weight(m, "embedding/embeddings");
+        ASSERT_TRUE(e != NULL);
+        for (int j = 0; j < 4; j++) /* row 0 is the padding: no gradient */
+            ASSERT_TRUE(g0[e->offset + j] == 0.0f);
+        int checked = 0;
+        for (size_t wi = 0; wi < dt_model_weight_count(m); wi++) {
+            const dt_model_weight *w = dt_model_weight_at(m, wi);
+            for (size_t i = w->offset; i < w->offset + w->size; i += 1 + w->size / 9) {
+                float keep = params[i];
+                params[i] = keep + 1e-2f;
+                double lp = nn_loss_at(m, &sce_logits, &b, &rng);
+                params[i] = keep - 1e-2f;
+                double lm = nn_loss_at(m, &sce_logits, &b, &rng);
+                params[i] = keep;
+                double num = (lp - lm) / 2e-2;
+                if (!(fabs(g0[i] - num) <= 3e-4 + 4e-3 * fabs(num)))
+                    DT_FAIL_("%s[%zu]: analytic %.8g numeric %.8g", w->name, i - w->offset,
+                             (double)g0[i], num);
+                checked++;
+            }
+        }
+        ASSERT_GT(checked, 30);
+        free(g0);
+        dt_model_free(m);
+    }
+}
