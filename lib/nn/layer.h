@@ -140,6 +140,7 @@ struct dt__nn_layer {
     float aug_factor[2], aug_range[2];
     int aug_flip, aug_h, aug_w;
     bool aug_crop, aug_nearest;
+    int aug_interp; /* Resizing: dt_nn_interp (CenterCrop, RandomCrop: 0, bilinear) */
     /* RandomTranslation/RandomZoom: the width factor's range (aug_factor is the height's, or
      * RandomRotation's); zoom without a width_factor zooms both axes alike (aug_same), as a
      * Keras 3 RandomFlip flips both axes on one draw (aug_same); the fill mode and value of

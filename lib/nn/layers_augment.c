@@ -158,12 +158,22 @@ static dt_status resizing_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
     DT_TRY(common_parse(l, cfg, err));
     DT_TRY(parse_size(l, cfg, err));
     const cJSON *v = get(cfg, "interpolation");
-    if (v && !(cJSON_IsString(v) &&
-               (!strcmp(v->valuestring, "bilinear") || !strcmp(v->valuestring, "nearest"))))
-        return dt__nn_layer_err(l, DT_ENOTSUP, err,
-                                "option 'interpolation': %s is not supported (bilinear, nearest)",
-                                cJSON_IsString(v) ? v->valuestring : "this value");
-    l->aug_nearest = v && !strcmp(v->valuestring, "nearest");
+    static const char *const interps[] = {[DT_NN_INTERP_BILINEAR] = "bilinear",
+                                          [DT_NN_INTERP_NEAREST] = "nearest",
+                                          [DT_NN_INTERP_AREA] = "area",
+                                          [DT_NN_INTERP_BICUBIC] = "bicubic"};
+    l->aug_interp = DT_NN_INTERP_BILINEAR;
+    if (v) {
+        int k = 0;
+        while (k < 4 && !(cJSON_IsString(v) && !strcmp(v->valuestring, interps[k])))
+            k++;
+        if (k == 4) /* lanczos3/5, gaussian, mitchellcubic: TF-only kernels */
+            return dt__nn_layer_err(l, DT_ENOTSUP, err,
+                                    "option 'interpolation': %s is not supported (bilinear, "
+                                    "nearest, area, bicubic)",
+                                    cJSON_IsString(v) ? v->valuestring : "this value");
+        l->aug_interp = k;
+    }
     DT_TRY(dt__nn_cfg_bool(l, cfg, "crop_to_aspect_ratio", false, &l->aug_crop, err));
     bool b;
     DT_TRY(dt__nn_cfg_bool(l, cfg, "pad_to_aspect_ratio", false, &b, err));
@@ -196,7 +206,7 @@ static dt_nn_resize resize_geometry(const dt__nn_layer *l, int n, bool crop)
                       .ow = l->aug_w,
                       .wh = in->d[0],
                       .ww = in->d[1],
-                      .nearest = l->aug_nearest};
+                      .interp = (dt_nn_interp)l->aug_interp};
     if (crop) {
         int ch = (int)((double)g.w * g.oh / g.ow), cw = (int)((double)g.h * g.ow / g.oh);
         g.wh = ch < 1 ? 1 : ch > g.h ? g.h : ch;
@@ -550,7 +560,7 @@ static void random_crop_forward(dt__nn_layer *l, dt__nn_ctx *c)
 {
     if (!random_crop_crops(l, c)) {
         dt_nn_resize g = resize_geometry(l, c->n, true);
-        g.nearest = false;
+        g.interp = DT_NN_INTERP_BILINEAR;
         c->ops->img_resize(&g, dt__nn_x(c, l, 0), l->y);
         return;
     }
@@ -574,7 +584,7 @@ static void random_crop_backward(dt__nn_layer *l, dt__nn_ctx *c)
     float *dx = dt__nn_dx(c, l, 0, &acc);
     if (!random_crop_crops(l, c)) {
         dt_nn_resize g = resize_geometry(l, c->n, true);
-        g.nearest = false;
+        g.interp = DT_NN_INTERP_BILINEAR;
         c->ops->img_resize_bwd(&g, l->dy, dx, acc);
         return;
     }

@@ -65,15 +65,24 @@ typedef struct dt_nn_win {
     bool ones;
 } dt_nn_win;
 
+/* tf.image.resize's methods, as data's dt_interp (lib/data/resize.c computes the same). */
+typedef enum dt_nn_interp {
+    DT_NN_INTERP_BILINEAR = 0,
+    DT_NN_INTERP_NEAREST,
+    DT_NN_INTERP_AREA,    /* ResizeArea: box coverage, no half-pixel shift */
+    DT_NN_INTERP_BICUBIC, /* ResizeBicubic: Keys a = -0.5, outside taps dropped, renormalised */
+} dt_nn_interp;
+
 /* An image resize (Resizing, CenterCrop): x (n, h, w, c) -> y (n, oh, ow, c) from the window of
  * rows [y0, y0 + wh) and columns [x0, x0 + ww) of every image (the whole image, or Keras's
- * crop_to_aspect_ratio box), with tf.image.resize's rules: half-pixel centres, no antialias,
- * float32 scales wh / oh and ww / ow. */
+ * crop_to_aspect_ratio box), with tf.image.resize's rules: half-pixel centres (area: none), no
+ * antialias, float32 scales wh / oh and ww / ow. Every method is linear in x: the backward is
+ * its exact transpose. */
 typedef struct dt_nn_resize {
     int n, h, w, c;
     int oh, ow;
     int y0, x0, wh, ww;
-    bool nearest; /* else bilinear */
+    dt_nn_interp interp;
 } dt_nn_resize;
 
 /* A projective transform of every image (RandomTranslation, RandomZoom, RandomRotation), as TF's

@@ -4,6 +4,7 @@
  * contracts are those of the img_* slots in nn/ops.h. */
 #include "nn/ops_cpu.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -112,16 +113,171 @@ static tap tap_at(int i, int in, int out, int off, bool nearest)
     return (tap){bound((int)fl, in) + off, bound((int)ceilf(src), in) + off, src - fl};
 }
 
+/* Area and bicubic, as lib/data/resize.c computes them (TF's ResizeArea and ResizeBicubic),
+ * for output coordinate i of an axis of `in` window cells at `off`. Both are separable: output
+ * = (sum over row taps of (sum over column taps of x * wx) * wy) * post, rows across first as
+ * TF does; the backward scatters dy * post * wy * wx to the same cells, the exact transpose. */
+typedef struct sep_tap {
+    int64_t start, end; /* area: window cells [start, end) */
+    float a, b, scale;  /* area: the output cell's interval [a, b) in window cells */
+    int idx[4];         /* bicubic: the four cells (clamped; a dropped tap has weight 0) */
+    float w[4];
+} sep_tap;
+
+/* TF's ResizeArea coverage of cell v by [a, b) (scale = b - a). */
+static float area_cov(int64_t v, float a, float b, float scale)
+{
+    if ((float)v < a)
+        return (float)(v + 1) > b ? scale : (float)(v + 1) - a;
+    return (float)(v + 1) > b ? b - (float)v : 1.0f;
+}
+
+/* TF's bicubic coefficient table entries (kTableSize 1024, a = -0.5), computed on demand. */
+static float keys_near(int i)
+{
+    const double a = -0.5;
+    float x = (float)(i * 1.0 / 1024);
+    return (float)(((a + 2) * x - (a + 3)) * x * x + 1);
+}
+
+static float keys_far(int i)
+{
+    const double a = -0.5;
+    float x = (float)(i * 1.0 / 1024) + 1.0f;
+    return (float)(((a * x - 5 * a) * x + 8 * a) * x - 4 * a);
+}
+
+static sep_tap sep_at(int i, int in, int out, dt_nn_interp m)
+{
+    sep_tap t = {0};
+    float scale = (float)in / (float)out;
+    if (m == DT_NN_INTERP_AREA) {
+        t.scale = scale;
+        t.a = (float)i * scale;
+        t.b = (float)(i + 1) * scale;
+        t.start = (int64_t)floorf(t.a);
+        t.end = (int64_t)ceilf(t.b);
+        return t;
+    }
+    float src = ((float)i + 0.5f) * scale - 0.5f;
+    int64_t loc = (int64_t)floorf(src);
+    int off = (int)lrintf((src - (float)loc) * 1024);
+    float w[4] = {keys_far(off), keys_near(off), keys_near(1024 - off), keys_far(1024 - off)};
+    float sum = 0;
+    for (int k = 0; k < 4; k++) {
+        int64_t j = loc - 1 + k;
+        t.idx[k] = j < 0 ? 0 : j > in - 1 ? in - 1 : (int)j;
+        t.w[k] = t.idx[k] == j ? w[k] : 0.0f; /* outside the image: dropped */
+        sum += t.w[k];
+    }
+    if (fabsf(sum) >= 1000.0f * FLT_MIN)
+        for (int k = 0; k < 4; k++)
+            t.w[k] *= 1.0f / sum;
+    return t;
+}
+
+/* Tap k of an axis: its cell in the window and its weight. Area: k in [start, end); bicubic:
+ * k in [0, 4). */
+static inline int sep_n(const sep_tap *t, dt_nn_interp m)
+{
+    return m == DT_NN_INTERP_AREA ? (int)(t->end - t->start) : 4;
+}
+
+static inline int sep_cell(const sep_tap *t, int k, int in, dt_nn_interp m, float *w)
+{
+    if (m != DT_NN_INTERP_AREA) {
+        *w = t->w[k];
+        return t->idx[k];
+    }
+    int64_t v = t->start + k;
+    *w = area_cov(v, t->a, t->b, t->scale);
+    return bound((int)(v < in ? v : in - 1), in);
+}
+
+static void resize_sep(const dt_nn_resize *g, const float *x, float *y)
+{
+    dt_nn_interp m = g->interp;
+    size_t c = (size_t)g->c, row = (size_t)g->w * c, img = (size_t)g->h * row;
+    float post = 1.0f;
+    if (m == DT_NN_INTERP_AREA) /* TF: 1 / (height_scale * width_scale), in float */
+        post = (float)(1.0 / (((float)g->wh / (float)g->oh) * ((float)g->ww / (float)g->ow)));
+    for (int i = 0; i < g->n; i++) {
+        const float *xi = x + (size_t)i * img;
+        for (int oy = 0; oy < g->oh; oy++) {
+            sep_tap ty = sep_at(oy, g->wh, g->oh, m);
+            for (int ox = 0; ox < g->ow; ox++) {
+                sep_tap tx = sep_at(ox, g->ww, g->ow, m);
+                for (size_t k = 0; k < c; k++) {
+                    float sum = 0;
+                    for (int a = 0; a < sep_n(&ty, m); a++) {
+                        float wy;
+                        int r = sep_cell(&ty, a, g->wh, m, &wy) + g->y0;
+                        const float *xr = xi + (size_t)r * row;
+                        float acc = 0;
+                        for (int b = 0; b < sep_n(&tx, m); b++) {
+                            float wx;
+                            int col = sep_cell(&tx, b, g->ww, m, &wx) + g->x0;
+                            acc += xr[(size_t)col * c + k] * wx;
+                        }
+                        sum += acc * wy;
+                    }
+                    *y++ = sum * post;
+                }
+            }
+        }
+    }
+}
+
+static void resize_sep_bwd(const dt_nn_resize *g, const float *dy, float *dx)
+{
+    dt_nn_interp m = g->interp;
+    size_t c = (size_t)g->c, row = (size_t)g->w * c, img = (size_t)g->h * row;
+    float post = 1.0f;
+    if (m == DT_NN_INTERP_AREA)
+        post = (float)(1.0 / (((float)g->wh / (float)g->oh) * ((float)g->ww / (float)g->ow)));
+    for (int i = 0; i < g->n; i++) {
+        float *xi = dx + (size_t)i * img;
+        for (int oy = 0; oy < g->oh; oy++) {
+            sep_tap ty = sep_at(oy, g->wh, g->oh, m);
+            for (int ox = 0; ox < g->ow; ox++) {
+                sep_tap tx = sep_at(ox, g->ww, g->ow, m);
+                for (size_t k = 0; k < c; k++) {
+                    float v = *dy++ * post;
+                    for (int a = 0; a < sep_n(&ty, m); a++) {
+                        float wy;
+                        int r = sep_cell(&ty, a, g->wh, m, &wy) + g->y0;
+                        float *xr = xi + (size_t)r * row;
+                        float vy = v * wy;
+                        for (int b = 0; b < sep_n(&tx, m); b++) {
+                            float wx;
+                            int col = sep_cell(&tx, b, g->ww, m, &wx) + g->x0;
+                            xr[(size_t)col * c + k] += vy * wx;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 void dt__nn_cpu_img_resize(const dt_nn_resize *g, const float *x, float *y)
 {
+    if (g->interp == DT_NN_INTERP_AREA || g->interp == DT_NN_INTERP_BICUBIC) {
+        if (g->wh != g->oh || g->ww != g->ow) {
+            resize_sep(g, x, y);
+            return;
+        }
+        /* the same size: every method is the identity (TF's too), as bilinear computes it */
+    }
+    bool nearest = g->interp == DT_NN_INTERP_NEAREST;
     size_t c = (size_t)g->c, row = (size_t)g->w * c, img = (size_t)g->h * row;
     for (int i = 0; i < g->n; i++) {
         const float *xi = x + (size_t)i * img;
         for (int oy = 0; oy < g->oh; oy++) {
-            tap ty = tap_at(oy, g->wh, g->oh, g->y0, g->nearest);
+            tap ty = tap_at(oy, g->wh, g->oh, g->y0, nearest);
             const float *top = xi + (size_t)ty.lo * row, *bot = xi + (size_t)ty.hi * row;
             for (int ox = 0; ox < g->ow; ox++) {
-                tap tx = tap_at(ox, g->ww, g->ow, g->x0, g->nearest);
+                tap tx = tap_at(ox, g->ww, g->ow, g->x0, nearest);
                 size_t l = (size_t)tx.lo * c, r = (size_t)tx.hi * c;
                 for (size_t k = 0; k < c; k++) {
                     /* across, then down, in TF's order of operations */
@@ -139,14 +295,20 @@ void dt__nn_cpu_img_resize_bwd(const dt_nn_resize *g, const float *dy, float *dx
     size_t c = (size_t)g->c, row = (size_t)g->w * c, img = (size_t)g->h * row;
     if (!acc)
         memset(dx, 0, (size_t)g->n * img * sizeof(float));
+    if ((g->interp == DT_NN_INTERP_AREA || g->interp == DT_NN_INTERP_BICUBIC) &&
+        (g->wh != g->oh || g->ww != g->ow)) {
+        resize_sep_bwd(g, dy, dx);
+        return;
+    }
+    bool nearest = g->interp == DT_NN_INTERP_NEAREST;
     /* The forward's weights, scattered in output order: the order is fixed, so the sums are. */
     for (int i = 0; i < g->n; i++) {
         float *xi = dx + (size_t)i * img;
         for (int oy = 0; oy < g->oh; oy++) {
-            tap ty = tap_at(oy, g->wh, g->oh, g->y0, g->nearest);
+            tap ty = tap_at(oy, g->wh, g->oh, g->y0, nearest);
             float *top = xi + (size_t)ty.lo * row, *bot = xi + (size_t)ty.hi * row;
             for (int ox = 0; ox < g->ow; ox++) {
-                tap tx = tap_at(ox, g->ww, g->ow, g->x0, g->nearest);
+                tap tx = tap_at(ox, g->ww, g->ow, g->x0, nearest);
                 size_t l = (size_t)tx.lo * c, r = (size_t)tx.hi * c;
                 for (size_t k = 0; k < c; k++) {
                     float v = *dy++;

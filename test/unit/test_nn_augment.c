@@ -106,8 +106,11 @@ static void expect_refused(const char *layer, const char *shape, const char *nee
 
 DT_TEST(nn_augment_refusals_name_the_key)
 {
-    expect_refused(K2("Resizing", "r", "\"height\": 4, \"width\": 4, \"interpolation\": \"area\""),
-                   "8, 8, 1", "option 'interpolation'");
+    expect_refused(
+        K2("Resizing", "r", "\"height\": 4, \"width\": 4, \"interpolation\": \"lanczos3\""),
+        "8, 8, 1",
+        "option 'interpolation': lanczos3 is not supported (bilinear, nearest, area, "
+        "bicubic)");
     expect_refused(
         K2("Resizing", "r", "\"height\": 4, \"width\": 4, \"pad_to_aspect_ratio\": true"),
         "8, 8, 1", "option 'pad_to_aspect_ratio'");
@@ -245,17 +248,23 @@ DT_TEST(nn_augment_adjust_backward_matches_differences)
     }
 }
 
-/* The nn kernel equals data's dt_image_resize bit for bit (same TF rules; data's is checked
- * against PyTorch's interpolate and PIL), and its backward is its transpose: <R x, g> equals
- * <x, R^T g> in double. */
+/* The nn kernel equals data's dt_image_resize bit for bit for the four methods (same TF rules;
+ * data's is checked against PyTorch's interpolate, PIL and float64 renderings of TF's area and
+ * bicubic), and its backward is its transpose: <R x, g> equals <x, R^T g> in double. Sizes
+ * include integer and non-integer ratios, up and down, and a 1-pixel axis. */
 DT_TEST(nn_augment_resize_kernel_matches_data_and_transpose)
 {
     const dt_nn_ops *o = dt_nn_ops_cpu();
-    const int sizes[][4] = {{7, 9, 3, 4}, {4, 5, 11, 13}, {6, 6, 6, 6}, {1, 8, 5, 2}, {9, 4, 4, 9}};
+    const int sizes[][4] = {{7, 9, 3, 4},  {4, 5, 11, 13}, {6, 6, 6, 6}, {1, 8, 5, 2}, {9, 4, 4, 9},
+                            {8, 12, 4, 3}, {10, 7, 3, 5},  {3, 2, 7, 9}, {17, 5, 2, 1}};
+    const dt_nn_interp kinds[] = {DT_NN_INTERP_BILINEAR, DT_NN_INTERP_NEAREST, DT_NN_INTERP_AREA,
+                                  DT_NN_INTERP_BICUBIC};
+    const dt_interp data_kinds[] = {DT_INTERP_BILINEAR, DT_INTERP_NEAREST, DT_INTERP_AREA,
+                                    DT_INTERP_BICUBIC};
     dt_rng r;
     dt_rng_seed(&r, 9);
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-        for (int nearest = 0; nearest < 2; nearest++) {
+        for (int kind = 0; kind < 4; kind++) {
             int h = sizes[s][0], w = sizes[s][1], oh = sizes[s][2], ow = sizes[s][3], c = 2;
             size_t nin = (size_t)h * w * c, nout = (size_t)oh * ow * c;
             float *x = malloc(nin * sizeof(float)), *y = malloc(nout * sizeof(float));
@@ -273,12 +282,10 @@ DT_TEST(nn_augment_resize_kernel_matches_data_and_transpose)
                                 .ow = ow,
                                 .wh = h,
                                 .ww = w,
-                                .nearest = nearest};
+                                .interp = kinds[kind]};
             o->img_resize(&geo, x, y);
             dt_err err = {0};
-            ASSERT_OK(dt_image_resize(x, h, w, c, ref, oh, ow,
-                                      nearest ? DT_INTERP_NEAREST : DT_INTERP_BILINEAR, &err),
-                      &err);
+            ASSERT_OK(dt_image_resize(x, h, w, c, ref, oh, ow, data_kinds[kind], &err), &err);
             ASSERT_EQ(memcmp(y, ref, nout * sizeof(float)), 0);
             o->img_resize_bwd(&geo, g, dx, false);
             double a = 0, b = 0;
@@ -508,6 +515,12 @@ DT_TEST(nn_grad_augment_layers)
         K2("Resizing", "r", "\"height\": 5, \"width\": 3"),
         K2("Resizing", "r", "\"height\": 3, \"width\": 7, \"crop_to_aspect_ratio\": true"),
         K2("Resizing", "r", "\"height\": 6, \"width\": 2, \"interpolation\": \"nearest\""),
+        K2("Resizing", "r", "\"height\": 3, \"width\": 2, \"interpolation\": \"area\""),
+        K2("Resizing", "r", "\"height\": 7, \"width\": 3, \"interpolation\": \"area\""),
+        K2("Resizing", "r", "\"height\": 6, \"width\": 3, \"interpolation\": \"bicubic\""),
+        K2("Resizing", "r",
+           "\"height\": 3, \"width\": 2, \"interpolation\": \"bicubic\", "
+           "\"crop_to_aspect_ratio\": true"),
         K2("CenterCrop", "c", "\"height\": 2, \"width\": 3"),
         K2("CenterCrop", "c", "\"height\": 6, \"width\": 5"),
     };
