@@ -16,6 +16,8 @@
  * gradient (T_out, u each). */
 #include "nn/layer.h"
 
+#include "core/limits.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -148,10 +150,12 @@ static dt_status cell_parse(dt__nn_layer *l, const cJSON *cfg, int cell, dt_err 
         float rate;
         DT_TRY(dt__nn_cfg_float(l, cfg, drops[i], 0, &rate, err));
         if (rate != 0)
-            return dt__nn_layer_err(l, DT_ENOTSUP, err,
-                                    "option '%s': %g is not supported (only 0; put a Dropout "
-                                    "layer before or after the recurrent layer instead)",
-                                    drops[i], (double)rate);
+            return dt__nn_layer_err(
+                l, DT_ENOTSUP, err, "option '%s': %g is not supported (only 0: %s)", drops[i],
+                (double)rate,
+                i == 0 ? "a SpatialDropout1D before the layer drops the same input features at "
+                         "every timestep, as the cell's dropout does"
+                       : "recurrent dropout is not implemented");
     }
     int ignored;
     DT_TRY(dt__nn_cfg_int(l, cfg, "seed", 0, &ignored, err)); /* the model's seed drives draws */
@@ -191,6 +195,30 @@ static dt_status gru_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
 
 static const char *const bidi_keys[] = {"layer", "merge_mode", "backward_layer", NULL};
 
+/* Keras 2's Bidirectional(LSTM(..., input_shape=...)) as a Sequential's first layer: the wrapped
+ * layer carries the model's input shape [null, timesteps, features]; l declares it unless it
+ * declares one itself. */
+static dt_status inner_shape(dt__nn_layer *l, const cJSON *ic, dt_err *err)
+{
+    const cJSON *bs = get(ic, "batch_shape");
+    if (!bs)
+        bs = get(ic, "batch_input_shape");
+    if (!bs || l->decl.rank > 0)
+        return DT_OK;
+    int n = cJSON_IsArray(bs) ? cJSON_GetArraySize(bs) : 0;
+    dt_nn_shape s = {.rank = n - 1};
+    bool ok = n >= 2 && n <= DT_NN_MAX_RANK + 1;
+    for (int i = 1; ok && i < n; i++)
+        ok = dt__nn_int(cJSON_GetArrayItem(bs, i), 1, DT_MAX_NN_DIM, &s.d[i - 1]);
+    if (!ok)
+        return dt__nn_layer_err(l, DT_EINVAL, err,
+                                "option 'layer': its input shape must be [null, d1, ...] with "
+                                "fixed sizes in 1..%d",
+                                DT_MAX_NN_DIM);
+    l->decl = s;
+    return DT_OK;
+}
+
 /* Parses the recurrent layer at cfg's key into tmp; an error names the Bidirectional l, the key
  * and the wrapped layer. */
 static dt_status inner_parse(dt__nn_layer *l, const cJSON *cfg, const char *key, dt__nn_layer *tmp,
@@ -222,8 +250,11 @@ static dt_status inner_parse(dt__nn_layer *l, const cJSON *cfg, const char *key,
     const cJSON *k;
     cJSON_ArrayForEach(k, ic)
     {
-        bool known = !strcmp(k->string, "name") || !strcmp(k->string, "trainable") ||
-                     !strcmp(k->string, "dtype");
+        static const char *const common[] = {"name",        "trainable",         "dtype",
+                                             "batch_shape", "batch_input_shape", "input_dtype"};
+        bool known = false;
+        for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
+            known = known || !strcmp(k->string, common[i]);
         for (const char *const *p = tmp->vt->keys; !known && *p; p++)
             known = !strcmp(*p, k->string);
         if (!known && st == DT_OK)
@@ -231,6 +262,7 @@ static dt_status inner_parse(dt__nn_layer *l, const cJSON *cfg, const char *key,
     }
     if (st == DT_OK)
         st = tmp->vt->parse(tmp, ic, err);
+
     if (st != DT_OK) {
         char rest[DT_ERR_LEN];
         size_t pl = strlen(prefix);
@@ -240,7 +272,7 @@ static dt_status inner_parse(dt__nn_layer *l, const cJSON *cfg, const char *key,
         return dt__nn_layer_err(l, st, err, "option '%s' (%s '%s'): %s", key, tmp->vt->class_name,
                                 tmp->name, rest);
     }
-    return DT_OK;
+    return inner_shape(l, ic, err);
 }
 
 static dt_status set_name(dt__nn_layer *l, int d, const char *prefix, const char *name, dt_err *err)

@@ -348,7 +348,8 @@ DT_TEST(nn_rnn_refusals)
     refused(rnn("LSTM", "\"units\": 4, \"stateful\": true"), "5, 3", "'stateful'", "zero states");
     refused(rnn("LSTM", "\"units\": 4, \"return_state\": true"), "5, 3", "'return_state'", NULL);
     refused(rnn("GRU", "\"units\": 4, \"time_major\": true"), "5, 3", "'time_major'", NULL);
-    refused(rnn("GRU", "\"units\": 4, \"dropout\": 0.2"), "5, 3", "'dropout'", "0.2");
+    refused(rnn("GRU", "\"units\": 4, \"dropout\": 0.2"), "5, 3", "'dropout': 0.2",
+            "SpatialDropout1D");
     refused(rnn("SimpleRNN", "\"units\": 4, \"recurrent_dropout\": 0.1"), "5, 3",
             "'recurrent_dropout'", NULL);
     refused(rnn("LSTM", "\"units\": 4, \"activation\": \"softplus\""), "5, 3", "'activation'",
@@ -742,4 +743,75 @@ DT_TEST(nn_rnn_embedding_mask_zero_grad)
         free(g0);
         dt_model_free(m);
     }
+}
+
+/* A Keras 2 (tf.keras 2.13) model.to_json() as written for Bidirectional(LSTM(16,
+ * input_shape=(10, 8))) first in a Sequential: the wrapped layer carries the input shape and every
+ * Keras 2 key. model.summary(): bidirectional 3,200 (2 x 4 x 16 x (8 + 16 + 1)), dense 33. */
+DT_TEST(nn_rnn_keras2_bidirectional_first_layer)
+{
+    static const char json[] =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"sequential\", \"layers\": "
+        "[{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"bidirectional\", "
+        "\"trainable\": true, \"dtype\": \"float32\", \"layer\": {\"class_name\": \"LSTM\", "
+        "\"config\": {\"name\": \"lstm\", \"trainable\": true, \"batch_input_shape\": [null, 10, "
+        "8], \"dtype\": \"float32\", \"return_sequences\": false, \"return_state\": false, "
+        "\"go_backwards\": false, \"stateful\": false, \"unroll\": false, \"time_major\": false, "
+        "\"units\": 16, \"activation\": \"tanh\", \"recurrent_activation\": \"sigmoid\", "
+        "\"use_bias\": true, \"kernel_initializer\": {\"class_name\": \"GlorotUniform\", "
+        "\"config\": {\"seed\": null}}, \"recurrent_initializer\": {\"class_name\": "
+        "\"Orthogonal\", \"config\": {\"gain\": 1.0, \"seed\": null}}, \"bias_initializer\": "
+        "{\"class_name\": \"Zeros\", \"config\": {}}, \"unit_forget_bias\": true, "
+        "\"kernel_regularizer\": null, \"recurrent_regularizer\": null, \"bias_regularizer\": "
+        "null, \"activity_regularizer\": null, \"kernel_constraint\": null, "
+        "\"recurrent_constraint\": null, \"bias_constraint\": null, \"dropout\": 0.0, "
+        "\"recurrent_dropout\": 0.0, \"implementation\": 2}}, \"merge_mode\": \"concat\"}}, "
+        "{\"class_name\": \"Dense\", \"config\": {\"name\": \"dense\", \"units\": 1, "
+        "\"activation\": \"sigmoid\"}}]}, \"keras_version\": \"2.13.1\", \"backend\": "
+        "\"tensorflow\"}";
+    dt_model *m = nn_build(json, 3);
+    size_t total;
+    dt_model_param_counts(m, &total, NULL, NULL);
+    ASSERT_EQ(total, 3233u);
+    int64_t shape[DT_NN_MAX_RANK];
+    ASSERT_EQ(dt_model_input_shape(m, shape), 2);
+    ASSERT_EQ(shape[0], 10);
+    ASSERT_EQ(shape[1], 8);
+    expect_weight(m, "bidirectional/backward_lstm/lstm_cell/recurrent_kernel", 16, 64);
+    dt_model_free(m);
+}
+
+/* kernel_, recurrent_ and bias_regularizer reach the loss and the gradients (the finite
+ * differences are of the loss with the penalties), and the penalty is Keras's
+ * l1 sum |w| + l2 sum w^2 of each weight. */
+DT_TEST(nn_rnn_regularizers)
+{
+    const char *reg = "\"units\": 4, \"kernel_regularizer\": {\"class_name\": \"L2\", \"config\": "
+                      "{\"l2\": 0.05}}, \"recurrent_regularizer\": {\"class_name\": \"L1\", "
+                      "\"config\": {\"l1\": 0.02}}, \"bias_regularizer\": {\"class_name\": "
+                      "\"L1L2\", \"config\": {\"l1\": 0.01, \"l2\": 0.03}}, \"bias_initializer\": "
+                      "\"ones\"";
+    check(rnn("LSTM", reg), false, false);
+    check(bidi(rnn("GRU", reg), ""), false, true);
+    dt_model *m = nn_build(nn_seq("5, 3", rnn("LSTM", reg), NULL), 2);
+    nn_data d = nn_random(m, 2, DT_NN_LOSS_MSE, 1);
+    dt_model_batch b = nn_batch(&d, DT_NN_LOSS_MSE);
+    dt_step_stats with, plain;
+    dt_err err = {0};
+    ASSERT_OK(dt_model_evaluate(m, &mse, &b, &with, &err), &err);
+    double pen = 0;
+    const float l1[3] = {0, 0.02f, 0.01f}, l2[3] = {0.05f, 0, 0.03f};
+    for (int k = 0; k < 3; k++) {
+        const dt_model_weight *w = dt_model_weight_at(m, (size_t)k);
+        for (size_t i = 0; i < w->size; i++)
+            pen += l1[k] * fabs(w->data[i]) + l2[k] * (double)w->data[i] * w->data[i];
+    }
+    dt_model *m0 = nn_build(
+        nn_seq("5, 3", rnn("LSTM", "\"units\": 4, \"bias_initializer\": \"ones\""), NULL), 2);
+    ASSERT_OK(dt_model_evaluate(m0, &mse, &b, &plain, &err), &err);
+    ASSERT_TRUE(pen > 0.1);
+    ASSERT_NEAR(with.loss - plain.loss, pen, 1e-4 * pen);
+    nn_data_free(&d);
+    dt_model_free(m);
+    dt_model_free(m0);
 }
