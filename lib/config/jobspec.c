@@ -382,6 +382,40 @@ static dt_status parse_compile(const cJSON *root, dt_jobspec *s, dt_err *err)
     return DT_OK;
 }
 
+/* Keras's class_weight dict; JSON keys are strings ("0": 1.0, "1": 4.5). */
+static dt_status parse_class_weight(const cJSON *cw, dt_jobspec *s, dt_err *err)
+{
+    if (!cw || cJSON_IsNull(cw))
+        return DT_OK;
+    if (!cJSON_IsObject(cw) || !cw->child)
+        return dt_err_set(err, DT_EINVAL,
+                          "$.fit.class_weight: give an object of class indices and weights, "
+                          "e.g. {\"0\": 1.0, \"1\": 4.0}");
+    int top = -1;
+    for (const cJSON *e = cw->child; e; e = e->next) {
+        char *end = NULL;
+        long k = strtol(e->string, &end, 10);
+        if (!*e->string || *end || k < 0 || k >= DT_JOBSPEC_MAX_CLASSES)
+            return dt_err_set(err, DT_EINVAL,
+                              "$.fit.class_weight.%.40s: a class is an integer in 0..%d", e->string,
+                              DT_JOBSPEC_MAX_CLASSES - 1);
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < 0 ||
+            e->valuedouble > 1e30)
+            return dt_err_set(err, DT_EINVAL, "$.fit.class_weight.%s: expected a weight >= 0",
+                              e->string);
+        top = k > top ? (int)k : top;
+    }
+    s->class_weight = malloc((size_t)(top + 1) * sizeof *s->class_weight);
+    if (!s->class_weight)
+        return dt_err_set(err, DT_ENOMEM, "$.fit.class_weight: out of memory");
+    for (int i = 0; i <= top; i++)
+        s->class_weight[i] = 1.0f;
+    for (const cJSON *e = cw->child; e; e = e->next)
+        s->class_weight[strtol(e->string, NULL, 10)] = (float)e->valuedouble;
+    s->n_class_weight = top + 1;
+    return DT_OK;
+}
+
 static dt_status parse_fit(const cJSON *root, dt_jobspec *s, dt_err *err)
 {
     const cJSON *f;
@@ -392,9 +426,11 @@ static dt_status parse_fit(const cJSON *root, dt_jobspec *s, dt_err *err)
     s->verbose = -1;
     if (!f)
         return DT_OK;
-    static const char *const keys[] = {
-        "epochs", "batch_size", "steps_per_epoch", "validation_freq", "verbose", "callbacks", NULL};
+    static const char *const keys[] = {"epochs",          "batch_size", "steps_per_epoch",
+                                       "validation_freq", "verbose",    "callbacks",
+                                       "class_weight",    NULL};
     DT_TRY(check_keys(f, "$.fit", keys, err));
+    DT_TRY(parse_class_weight(cJSON_GetObjectItemCaseSensitive(f, "class_weight"), s, err));
     const cJSON *cbs = cJSON_GetObjectItemCaseSensitive(f, "callbacks");
     if (cbs && !cJSON_IsNull(cbs)) {
         if (!cJSON_IsArray(cbs) || cJSON_GetArraySize(cbs) > DT_JOBSPEC_MAX_CALLBACKS)
@@ -823,6 +859,7 @@ void dt_jobspec_destroy(dt_jobspec *s)
     cJSON_Delete(s->loss_json);
     cJSON_Delete(s->data);
     free(s->checkpoint_dir);
+    free(s->class_weight);
     free(s->tensorboard_dir);
     free(s->checkpoint_rel);
     free(s->tensorboard_rel);

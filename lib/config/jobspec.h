@@ -43,7 +43,8 @@
 
 typedef struct cJSON cJSON;
 
-#define DT_JOBSPEC_NAME_LEN 128
+#define DT_JOBSPEC_NAME_LEN    128
+#define DT_JOBSPEC_MAX_CLASSES 65536 /* $.fit.class_weight's largest class + 1 */
 
 typedef struct dt_jobspec_roots {
     const char *data_root; /* reads; NULL = no confinement */
@@ -200,9 +201,14 @@ typedef struct dt_jobspec {
     int batch_size;          /* GLOBAL batch, default 32 */
     int64_t steps_per_epoch; /* 0 = the whole data set (null) */
     int validation_freq;     /* default 1 */
-    int verbose;             /* -1 "auto" (default), 0 silent, 1 progress bar, 2 a line per
-                                epoch: how `dtrain watch` shows the job */
-    int ncallbacks;          /* $.fit.callbacks, in the order given (Keras calls them so) */
+    /* $.fit.class_weight, Keras's {"class": weight}: a training sample's loss counts
+     * class_weight[its class] times (classes past n_class_weight, or not named: 1). Its class is
+     * the integer label, the rounded value of a one-column target, or a one-hot row's argmax. */
+    float *class_weight;
+    int n_class_weight;
+    int verbose;    /* -1 "auto" (default), 0 silent, 1 progress bar, 2 a line per
+                       epoch: how `dtrain watch` shows the job */
+    int ncallbacks; /* $.fit.callbacks, in the order given (Keras calls them so) */
     dt_jobspec_callback callbacks[DT_JOBSPEC_MAX_CALLBACKS];
 
     /* $.strategy */

@@ -28,6 +28,7 @@ struct dt_model {
     float *col;          /* im2col scratch, (reserved, max col_floats) */
     int32_t *labels;     /* (reserved) device copy of the labels */
     float *targets;      /* (reserved, output size) device copy of the targets */
+    float *row_w;        /* (reserved) device copy of the sample weights */
     float *host_pred;    /* (reserved, output size) host copy of the predictions */
     float *host_targets; /* (reserved, output size) integer labels made float targets */
     dt_model_grad_ready_fn grad_ready;
@@ -74,9 +75,10 @@ static void free_buffers(dt_model *m)
     dt_nn_free(o, m->col);
     dt_nn_free(o, m->labels);
     dt_nn_free(o, m->targets);
+    dt_nn_free(o, m->row_w);
     free(m->host_pred);
     free(m->host_targets);
-    m->col = m->targets = NULL;
+    m->col = m->targets = m->row_w = NULL;
     m->labels = NULL;
     m->host_pred = m->host_targets = NULL;
     m->reserved = 0;
@@ -129,6 +131,7 @@ static dt_status reserve(dt_model *m, int n, dt_err *err)
     if (ok)
         ok = (m->labels = dt_nn_alloc(o, (size_t)n * sizeof(int32_t))) != NULL &&
              (m->targets = dt_nn_alloc(o, (size_t)n * out * sizeof(float))) != NULL &&
+             (m->row_w = dt_nn_alloc(o, (size_t)n * sizeof(float))) != NULL &&
              (m->host_pred = malloc((size_t)n * out * sizeof(float))) != NULL &&
              (m->host_targets = malloc((size_t)n * out * sizeof(float))) != NULL;
     if (!ok) {
@@ -160,7 +163,8 @@ uint64_t dt_model_batch_bytes(const dt_model *m, int n)
         col = l->col_floats > col ? l->col_floats : col;
     }
     uint64_t out = dt_model_output_size(m);
-    return bytes + (uint64_t)n * (col * sizeof(float) + sizeof(int32_t) + 3 * out * sizeof(float));
+    return bytes +
+           (uint64_t)n * (col * sizeof(float) + sizeof(int32_t) + (3 * out + 1) * sizeof(float));
 }
 
 /* Dense or Conv2D with a plain relu feeding only a max pool: the pool applies the relu. */
@@ -694,8 +698,13 @@ static double compute_loss(dt_model *m, const dt_loss *loss, const dt_model_batc
         m->ops->upload(m->targets, t, nt * sizeof(float));
     }
     dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
+    const float *row_w = NULL;
+    if (b->sample_weight) {
+        m->ops->upload(m->row_w, b->sample_weight, (size_t)b->n * sizeof(float));
+        row_w = m->row_w;
+    }
     double sum = 0;
-    m->ops->loss(&p, pred, m->labels, loss->kind == DT_NN_LOSS_SPARSE_CE ? NULL : m->targets,
+    m->ops->loss(&p, pred, m->labels, loss->kind == DT_NN_LOSS_SPARSE_CE ? NULL : m->targets, row_w,
                  (size_t)b->n, cols, scale, o->dy, &sum);
     return count > 0 ? sum / count : 0.0;
 }

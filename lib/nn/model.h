@@ -157,6 +157,10 @@ typedef struct dt_model_batch {
     const float *x;        /* (n, input shape...) */
     const int32_t *labels; /* (n) */
     const float *targets;  /* (n, output size) */
+    /* (n) host; NULL: all 1. Each sample's loss counts this many times (Keras's sample_weight,
+     * which fit's class_weight becomes); the mean still divides by the sample count. Training
+     * steps only. */
+    const float *sample_weight;
     int n;
 } dt_model_batch;
 

@@ -319,10 +319,11 @@ typedef struct dt_nn_ops {
      * for the CE family when from_logits), the target is labels (sparse CE, int32 (n), each in
      * [0, cols) or ignore_class) or values (n, cols). Writes scale * d(loss_i)/d(pred) into dpred
      * (scale = 1/global batch gives Keras's mean) and returns the sum over rows of the per-sample
-     * losses (Keras's reduction before the mean). */
+     * losses (Keras's reduction before the mean). row_w (n; NULL: all 1) weighs each row's loss
+     * and gradient (Keras's sample weights, from class_weight). */
     void (*loss)(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
-                 const float *values, size_t n, int cols, float scale, float *dpred,
-                 double *loss_sum);
+                 const float *values, const float *row_w, size_t n, int cols, float scale,
+                 float *dpred, double *loss_sum);
 
     /* Regularization: returns l1*sum|w| + l2*sum w^2 and adds scale times its gradient to g. */
     double (*regularize)(const float *w, float *g, size_t n, float l1, float l2, float scale);

@@ -16,8 +16,8 @@ void dt__nn_cpu_pool_fwd(dt_nn_pool kind, const dt_nn_win *g, const float *x, fl
 void dt__nn_cpu_pool_bwd(dt_nn_pool kind, const dt_nn_win *g, const float *dy, const int32_t *arg,
                          float *dx, bool acc);
 void dt__nn_cpu_loss(const dt_nn_loss_p *lp, const float *pred, const int32_t *labels,
-                     const float *values, size_t n, int cols, float scale, float *dpred,
-                     double *loss_sum);
+                     const float *values, const float *row_w, size_t n, int cols, float scale,
+                     float *dpred, double *loss_sum);
 double dt__nn_cpu_regularize(const float *w, float *g, size_t n, float l1, float l2, float scale);
 void dt__nn_cpu_update(const dt_nn_update *u, float *w, const float *g, size_t n);
 void dt__nn_cpu_sumsq(const float *x, size_t nseg, const size_t *off, const size_t *len,

@@ -164,15 +164,17 @@ static double cosine_row(const float *p, const float *t, int cols, float scale, 
 }
 
 void dt__nn_cpu_loss(const dt_nn_loss_p *lp, const float *pred, const int32_t *labels,
-                     const float *values, size_t n, int cols, float scale, float *dpred,
-                     double *loss_sum)
+                     const float *values, const float *row_w, size_t n, int cols, float scale,
+                     float *dpred, double *loss_sum)
 {
     double total = 0;
+    const float scale0 = scale;
     for (size_t r = 0; r < n; r++) {
         const float *p = pred + r * (size_t)cols;
         const float *t = values ? values + r * (size_t)cols : NULL;
         float *d = dpred + r * (size_t)cols;
         double l = 0;
+        scale = row_w ? scale0 * row_w[r] : scale0;
         switch (lp->kind) {
         case DT_NN_LOSS_SPARSE_CE:
             if (lp->has_ignore_class && labels[r] == lp->ignore_class) {
@@ -199,7 +201,7 @@ void dt__nn_cpu_loss(const dt_nn_loss_p *lp, const float *pred, const int32_t *l
             l /= cols;
             break;
         }
-        total += l;
+        total += row_w ? l * row_w[r] : l;
     }
     *loss_sum = total;
 }

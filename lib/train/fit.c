@@ -66,6 +66,8 @@ struct dt_trainer {
     int64_t phase_at;   /* dt_now_ms() of the last pulse phase change */
 
     dt_tfevents *tb, *tbv; /* TensorBoard's train and validation runs (chief) */
+    float *cw;             /* $.fit.class_weight: this batch's sample weights */
+    int cw_cap;
 
     /* $.fit.callbacks: each one's direction (+1 larger is better), its state, and for
      * EarlyStopping's restore_best_weights the best epoch's params + state (np + ns floats). */
@@ -373,6 +375,7 @@ void dt_train_free(dt_trainer *t)
     dt_model_free(t->m);
     dt_tfevents_close(t->tb);
     dt_tfevents_close(t->tbv);
+    free(t->cw);
     free(t->ckpt_dir);
     free(t->lo);
     free(t->hi);
@@ -597,6 +600,42 @@ typedef struct sums {
 } sums;
 
 /* One synchronous step; *stop is set when some replica asked to cancel. */
+/* Keras's class_weight as sample weights: the weight of each example's class, its class being
+ * the integer label, a one-column target rounded, or a one-hot row's argmax; NULL without
+ * class_weight. */
+static const float *class_weights(dt_trainer *t, const dt_batch *b, dt_err *err, dt_status *st)
+{
+    const dt_jobspec *s = t->spec;
+    *st = DT_OK;
+    if (!s->n_class_weight)
+        return NULL;
+    if (b->n > t->cw_cap) {
+        float *p = realloc(t->cw, (size_t)b->n * sizeof *p);
+        if (!p) {
+            *st = dt_err_set(err, DT_ENOMEM, "out of memory for the class weights");
+            return NULL;
+        }
+        t->cw = p;
+        t->cw_cap = b->n;
+    }
+    int cols = (int)dt_model_output_size(t->m);
+    for (int i = 0; i < b->n; i++) {
+        long k;
+        if (b->y_i32) {
+            k = b->y_i32[i];
+        } else if (cols == 1) {
+            k = lrintf(b->y_f32[i]);
+        } else {
+            const float *r = b->y_f32 + (size_t)i * cols;
+            k = 0;
+            for (int j = 1; j < cols; j++)
+                k = r[j] > r[k] ? j : k;
+        }
+        t->cw[i] = k >= 0 && k < s->n_class_weight ? s->class_weight[k] : 1.0f;
+    }
+    return t->cw;
+}
+
 static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch *b, sums *step,
                           bool *stop, dt_err *err)
 {
@@ -611,10 +650,14 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     if (split)
         c->busy(c->ctx, &busy0[0], &busy0[1]);
     if (b->n > 0) {
-        dt_model_batch mb = {.x = b->x, .labels = b->y_i32, .targets = b->y_f32, .n = b->n};
+        dt_status st;
+        const float *sw = class_weights(t, b, err, &st);
+        DT_TRY(st);
+        dt_model_batch mb = {
+            .x = b->x, .labels = b->y_i32, .targets = b->y_f32, .sample_weight = sw, .n = b->n};
         /* The model scales by 1/global batch; global_n is the step's true count on all replicas,
          * so short last steps average over what they really hold. */
-        dt_status st = dt_model_train_step(t->m, &t->loss, &mb, (int)b->global_n, &s, err);
+        st = dt_model_train_step(t->m, &t->loss, &mb, (int)b->global_n, &s, err);
         /* The model refuses a non-finite loss after its backward, with the step's figures set.
          * With TerminateOnNaN the step goes on instead, so that every replica learns of it
          * through the all-reduced loss and stops after the same batch, as Keras does. */
