@@ -65,7 +65,7 @@ typedef struct dt__nn_init {
                    .dist = DT_NN_DIST_UNIFORM})
 
 typedef struct dt__nn_weight {
-    char var[96]; /* "kernel", "forward_lstm/lstm_cell/recurrent_kernel" */
+    char var[96]; /* "kernel", "forward_lstm/lstm_cell/recurrent_kernel", "dense/kernel" */
     dt_nn_shape shape;
     bool trainable;
     dt__nn_init init;
@@ -168,6 +168,10 @@ struct dt__nn_layer {
      * the call argument use_causal_mask. */
     int heads, key_dim, value_dim, attn_out;
     bool causal;
+
+    /* TimeDistributed: the wrapped layer's name; its weights are "<layer>/<inner>/<var>", the
+     * variable paths of Keras 3. */
+    char inner[36];
 
     int n_w;
     dt__nn_weight w[DT_NN_MAX_W];

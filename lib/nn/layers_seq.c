@@ -10,6 +10,7 @@
 #include "core/limits.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Keras 3 writes a 1D size as [3], Keras 2 as [3] or 3. */
@@ -560,7 +561,9 @@ const dt__nn_layer_vt dt__nn_layernorm = {
     .mask = DT_NN_MASK_PASS,
 };
 
-/* ---- TimeDistributed(Dense): Dense already maps the last axis, step by step --------------- */
+/* ---- TimeDistributed(Dense): Dense already maps the last axis, step by step ---------------
+ * The mask passes, as in Keras 2 and Keras 3 releases (Keras's master of July 2026 turned
+ * supports_masking off for TimeDistributed and the RNN layers). */
 
 static const char *const td_keys[] = {"layer", NULL};
 
@@ -595,6 +598,14 @@ static dt_status td_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
     if (d && !cJSON_IsNull(d) && !(cJSON_IsString(d) && !strcmp(d->valuestring, "float32")))
         return dt__nn_layer_err(l, DT_ENOTSUP, err,
                                 "option 'layer.config.dtype' is not supported (only float32)");
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(ic, "name");
+    const char *wn = cJSON_IsString(nm) && nm->valuestring[0] ? nm->valuestring : "dense";
+    if (strlen(wn) >= sizeof l->inner || strchr(wn, '/'))
+        return dt__nn_layer_err(l, DT_EINVAL, err,
+                                "option 'layer.config.name': longer than %zu characters or "
+                                "containing '/' (its weights are named \"<layer>/<name>/<var>\")",
+                                sizeof l->inner - 1);
+    snprintf(l->inner, sizeof l->inner, "%s", wn);
     bool tr;
     DT_TRY(dt__nn_cfg_bool(l, ic, "trainable", true, &tr, err));
     l->trainable = l->trainable && tr;
@@ -607,7 +618,15 @@ static dt_status td_build(dt__nn_layer *l, dt_err *err)
         return dt__nn_layer_err(l, DT_EINVAL, err,
                                 "needs an input with timesteps and features, got rank %d",
                                 l->in_shape[0].rank);
-    return dt__nn_dense.build(l, err);
+    DT_TRY(dt__nn_dense.build(l, err));
+    /* Keras 3 builds the wrapped layer inside the wrapper's name scope:
+     * "time_distributed/dense/kernel" (tf.keras 2 named it "time_distributed/kernel:0"). */
+    for (int i = 0; i < l->n_w; i++) {
+        char var[12]; /* "kernel", "bias" */
+        snprintf(var, sizeof var, "%s", l->w[i].var);
+        snprintf(l->w[i].var, sizeof l->w[i].var, "%s/%s", l->inner, var);
+    }
+    return DT_OK;
 }
 
 static void td_forward(dt__nn_layer *l, dt__nn_ctx *c)

@@ -112,6 +112,8 @@ def forward(layers, W, x):
                 h = h + W[name + "/beta"]
         elif cls in ("Dense", "TimeDistributed"):
             cc = c["layer"]["config"] if cls == "TimeDistributed" else c
+            if cls == "TimeDistributed":  # Keras 3's path: "<wrapper>/<wrapped>/kernel"
+                name += "/" + cc.get("name", "dense")
             h = h @ W[name + "/kernel"]
             if name + "/bias" in W:
                 h = h + W[name + "/bias"]

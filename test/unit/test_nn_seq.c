@@ -94,7 +94,8 @@ static int gradcheck_data(dt_model *m, nn_data *d, double eps, double atol, doub
 /* ---- Keras's counts, shapes and names --------------------------------------------------------
  * A text classifier as Keras 3's model.to_json() writes it (DTypePolicy objects, 1-lists for
  * the 1D sizes, an int32 InputLayer). model.summary(): embedding 16,000; conv1d 3*16*32 + 32
- * = 1,568; layer_normalization 64; time_distributed 32*8 + 8 = 264; dense 9; total 17,905. */
+ * = 1,568; layer_normalization 64; time_distributed 32*8 + 8 = 264; dense 9; total 17,905.
+ * TimeDistributed's weights carry the wrapped Dense's name, as Keras 3's variable paths do. */
 static const char keras3_text[] =
     "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"text\", "
     "\"trainable\": true, \"dtype\": {\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
@@ -161,8 +162,8 @@ DT_TEST(nn_seq_keras_counts)
         {"conv1d/bias", 1, 32, 0, 0},
         {"layer_normalization/gamma", 1, 32, 0, 0},
         {"layer_normalization/beta", 1, 32, 0, 0},
-        {"time_distributed/kernel", 2, 32, 8, 0},
-        {"time_distributed/bias", 1, 8, 0, 0},
+        {"time_distributed/dense/kernel", 2, 32, 8, 0},
+        {"time_distributed/dense/bias", 1, 8, 0, 0},
         {"dense_1/kernel", 2, 8, 1, 0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -461,6 +462,11 @@ DT_TEST(nn_seq_refusals)
                                         "\"config\": {\"units\": 2, \"bogus\": 1}}"),
                    NULL),
             "option 'layer.config.bogus' is not supported", NULL);
+    refused(nn_seq("4, 3",
+                   L("TimeDistributed", "\"layer\": {\"class_name\": \"Dense\", "
+                                        "\"config\": {\"units\": 2, \"name\": \"a/b\"}}"),
+                   NULL),
+            "option 'layer.config.name': longer than 35 characters or containing '/'", NULL);
     refused(nn_seq("4, 3", L("GlobalAveragePooling1D", ""), L("GlobalAveragePooling1D", ""), NULL),
             "$.config.layers[2]", "needs a (timesteps, channels) input, got rank 1");
     refused(nn_seq("4, 3", L("MaxPooling1D", "\"pool_size\": 5"), NULL),
