@@ -240,7 +240,8 @@ typedef struct dt_dataset {
      * this worker's files, example i at row x_row[i], SIZE_MAX for an example not held here
      * (another worker's file, or one of ours skipped by on_error "skip"). NULL: row i. */
     size_t *x_row;     /* (n) or NULL */
-    int shard_workers; /* 0: every example decoded; else decoded for FILE worker */
+    int shard_workers; /* 0: every example decoded; -1: none (index_only); else decoded for
+                          FILE worker */
     int shard_index;   /* shard_index of shard_workers */
 } dt_dataset;
 
@@ -261,6 +262,10 @@ typedef struct dt_data_load_opts {
     int num_workers, worker_index; /* 0 workers: one */
     dt_data_progress_fn progress;  /* optional; runs on the calling thread */
     void *progress_arg;
+    /* Image folders: index only - every file an example with its label and the image_size
+     * shape, no pixel decoded (what a job's validation at submit needs; a bad file is then
+     * found by the worker that decodes it). The dataset feeds no pipeline. */
+    bool index_only;
 } dt_data_load_opts;
 
 /* dt_dataset_load for one worker of a sharded job (o NULL: every example). With on_error

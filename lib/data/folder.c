@@ -538,12 +538,13 @@ dt_status dt_image_folder_load(const dt_data_source *src, const dt_data_load_opt
     dt_shard_plan plan = {.policy = DT_SHARD_OFF, .num_workers = 1};
     if (W > 1)
         DT_TRY(dt_shard_resolve(lo->policy, n, W, lo->worker_index, &plan, err));
-    bool partial = plan.policy == DT_SHARD_FILE;
+    bool index_only = lo && lo->index_only;
+    bool partial = plan.policy == DT_SHARD_FILE || index_only;
     todo = malloc(n * sizeof *todo);
     if (!todo)
         return dt_err_set(err, DT_ENOMEM, "image_folder: out of memory");
     size_t m = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && !index_only; i++)
         if (dt_shard_reads_file(&plan, i))
             todo[m++] = i;
     job.todo = todo;
@@ -560,18 +561,19 @@ dt_status dt_image_folder_load(const dt_data_source *src, const dt_data_load_opt
         goto fail;
     }
     DT_TRY_GOTO(dt__dataset_new(&ds, err), st, fail);
-    job.x = malloc(m * job.row);
-    job.ok = calloc(m, sizeof(bool));
+    /* (index only: m = 0, one byte each so that nothing is NULL) */
+    job.x = malloc(m ? m * job.row : 1);
+    job.ok = calloc(m ? m : 1, sizeof(bool));
     counts = calloc(n, sizeof(size_t));
-    int nt = pool_threads(o, m);
+    int nt = m ? pool_threads(o, m) : 1;
     ws = calloc((size_t)nt, sizeof *ws);
     if (!job.x || !job.ok || !counts || !ws) {
         st = dt_err_set(err, DT_ENOMEM, "image_folder %s: cannot allocate %.2f GiB for %zu images",
                         dir, (double)m * (double)job.row / (1u << 30), m);
         goto fail;
     }
-    int fw;
-    size_t bad = pool_decode(&job, ws, nt, &fw);
+    int fw = 0;
+    size_t bad = m ? pool_decode(&job, ws, nt, &fw) : 0;
     int64_t ms = dt_now_ms() - job.t0;
     if (lo && lo->progress)
         lo->progress(lo->progress_arg, m, m);
@@ -580,7 +582,7 @@ dt_status dt_image_folder_load(const dt_data_source *src, const dt_data_load_opt
         st = ws[fw].err.code ? ws[fw].err.code : DT_EINVAL;
         goto fail;
     }
-    if (bad == m) {
+    if (m && bad == m) {
         st = dt_err_set(err, DT_EINVAL, "image_folder %s: none of the %zu files decoded; first: %s",
                         dir, m, ws[fw].err.msg);
         goto fail;
@@ -594,9 +596,11 @@ dt_status dt_image_folder_load(const dt_data_source *src, const dt_data_load_opt
                           "with it)"
                         : "",
                 ws[fw].err.msg);
-    DT_INFO("data", "image_folder %s: decoded %zu of %zu files%s in %.1f s on %d threads (%.0f/s)",
-            dir, m - bad, n, partial ? " (this worker's FILE shard)" : "", (double)ms / 1000.0, nt,
-            ms > 0 ? (double)m * 1000.0 / (double)ms : 0.0);
+    if (m)
+        DT_INFO("data",
+                "image_folder %s: decoded %zu of %zu files%s in %.1f s on %d threads (%.0f/s)", dir,
+                m - bad, n, partial ? " (this worker's FILE shard)" : "", (double)ms / 1000.0, nt,
+                ms > 0 ? (double)m * 1000.0 / (double)ms : 0.0);
     /* Compact the decoded rows in file order. Everything decoded: a skipped file keeps its
      * place in the file list (FILE sharding counts files) with no example. A shard: every file
      * keeps one example, held (x_row) or not. */
@@ -611,8 +615,8 @@ dt_status dt_image_folder_load(const dt_data_source *src, const dt_data_load_opt
             ds->x_row[i] = SIZE_MAX;
             counts[i] = 1;
         }
-        ds->shard_workers = W;
-        ds->shard_index = lo->worker_index;
+        ds->shard_workers = index_only ? -1 : W;
+        ds->shard_index = index_only ? 0 : lo->worker_index;
     }
     for (size_t r = 0; r < m; r++) {
         if (!job.ok[r])

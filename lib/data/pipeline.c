@@ -225,6 +225,10 @@ dt_status dt_pipeline_new(const dt_dataset *ds, const dt_pipeline_opts *opts, dt
     pthread_condattr_destroy(&ca);
 
     DT_TRY_GOTO(dt_shard_resolve(o.policy, ds->nfiles, p->W, p->w, &p->plan, err), st, fail);
+    if (ds->shard_workers < 0) {
+        st = dt_err_set(err, DT_EINVAL, "pipeline: the data set was indexed, not decoded");
+        goto fail;
+    }
     if (ds->shard_workers &&
         (p->plan.policy != DT_SHARD_FILE || p->W != ds->shard_workers || p->w != ds->shard_index)) {
         st = dt_err_set(err, DT_EINVAL,

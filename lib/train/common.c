@@ -275,13 +275,16 @@ dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err 
         dt_err_prefix(err, "$.initial_weights");
         goto fail;
     }
-    if ((st = dt_dataset_load(&ds.train, &tr, err)) != DT_OK) {
+    /* Image folders are indexed, not decoded: shapes and labels are what is checked here, and
+     * each worker decodes its own files when the job prepares (naming a bad one then). */
+    dt_data_load_opts lo = {.index_only = true};
+    if ((st = dt_dataset_load_shard(&ds.train, &lo, &tr, err)) != DT_OK) {
         dt_err_prefix(err, "$.data.train");
         goto fail;
     }
     DT_TRY_GOTO(dt__train_check_data(m, &loss, tr, "$.data.train", true, err), st, fail);
     if (ds.has_validation) {
-        if ((st = dt_dataset_load(&ds.validation, &va, err)) != DT_OK) {
+        if ((st = dt_dataset_load_shard(&ds.validation, &lo, &va, err)) != DT_OK) {
             dt_err_prefix(err, "$.data.validation");
             goto fail;
         }

@@ -317,3 +317,33 @@ DT_TEST_TIMEOUT(data_image_u8_resize_equals_the_float_path, 120)
     }
     dt_data_spec_destroy(&spec);
 }
+
+/* A job's validation at submit indexes an image folder without decoding it: every file is an
+ * example with its label and the image_size shape (a bad file too: nothing is read), and such
+ * a data set feeds no pipeline. */
+DT_TEST_TIMEOUT(data_image_index_only_decodes_nothing, 120)
+{
+    img_need_python(false);
+    const char *dir = make_photos("i", 6, 2);
+    dt_data_spec spec;
+    dt_err err = {0};
+    ASSERT_OK(parse_spec(dir, "", "", &spec, &err), &err);
+    dt_dataset *ds;
+    ASSERT_STATUS(dt_dataset_load(&spec.train, &ds, &err), DT_EINVAL); /* on_error fail */
+    ASSERT_CONTAINS(err.msg, "bad_00000.jpg");
+    dt_data_load_opts lo = {.index_only = true};
+    ASSERT_OK(dt_dataset_load_shard(&spec.train, &lo, &ds, &err), &err);
+    ASSERT_EQ(ds->n, 8);
+    ASSERT_EQ(ds->x_size, 24 * 20 * 3);
+    ASSERT_EQ(ds->num_classes, 2);
+    for (size_t i = 0; i < ds->n; i++) {
+        ASSERT_EQ(ds->x_row[i], SIZE_MAX);
+        ASSERT_EQ(ds->y_i32[i], spec.train.file_labels[i]);
+    }
+    dt_pipeline_opts o = dt_pipeline_opts_default();
+    dt_pipeline *p;
+    ASSERT_STATUS(dt_pipeline_new(ds, &o, &p, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "indexed, not decoded");
+    dt_dataset_free(ds);
+    dt_data_spec_destroy(&spec);
+}
