@@ -146,7 +146,7 @@ static cJSON *build_spec(const dt_bench_train_opts *o)
         if (o->devices) {
             cJSON *dev = cJSON_AddArrayToObject(st, "devices");
             for (int i = 0; i < o->devices; i++) {
-                char d[16];
+                char d[24];
                 snprintf(d, sizeof d, "/cpu:%d", i);
                 cJSON_AddItemToArray(dev, cJSON_CreateString(d));
             }
