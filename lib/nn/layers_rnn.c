@@ -382,6 +382,11 @@ static dt_status rnn_build(dt__nn_layer *l, dt_err *err)
         return dt__nn_layer_err(
             l, DT_EINVAL, err, "needs a (timesteps, features) input, not one of %d axes", in->rank);
     int T = in->d[0], D = in->d[1], u = l->units, gu = gates_of(l->rnn_cell) * u;
+    /* The kernels index a sample's gates (T, G u) with ints. */
+    if ((size_t)T * (size_t)gu > ((size_t)1 << 30))
+        return dt__nn_layer_err(l, DT_ETOOBIG, err,
+                                "%d timesteps x %d gate units is too large (limit 2^30 a sample)",
+                                T, gu);
     int width = l->rnn_bidi && l->rnn_merge == MERGE_CONCAT ? 2 * u : u;
     l->out = l->rnn_seq ? (dt_nn_shape){2, {T, width}} : (dt_nn_shape){1, {width}};
     for (int d = 0; d < n_dirs(l); d++) {
