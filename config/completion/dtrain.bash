@@ -45,9 +45,9 @@ _dtrain_verb_opts() {
     ;;
   bench)
     local train="--model --batch --threads --steps --warmup --json --workers --data --optimizer
-      --timeout --compression --bucket-mb --first-bucket-mb"
+      --timeout --compression --bucket-mb --first-bucket-mb --devices"
     local allreduce="--sizes --iters --warmup --warmup-s --wire --streams --chunk --verify
-      --no-stream --timeout --json"
+      --no-stream --devices --timeout --json"
     case ${2:-} in
     train) echo "$train" ;;
     allreduce) echo "$allreduce" ;;
@@ -64,7 +64,7 @@ _dtrain_takes_value() {
     --output | --data | --batch | --format | --label | --replicas | --policy | --epochs | \
     --prefetch | --rank | --work-us | --model | --threads | --steps | --warmup | --workers | \
     --optimizer | --compression | --bucket-mb | --first-bucket-mb | --sizes | --iters | \
-    --warmup-s | --wire | --streams | --chunk)
+    --warmup-s | --wire | --streams | --chunk | --devices)
     return 0
     ;;
   esac
