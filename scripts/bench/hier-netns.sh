@@ -68,11 +68,13 @@ while (($#)); do
   *) die "unknown option $1 (see --help)" ;;
   esac
 done
-[[ $HOSTS =~ ^[0-9]+$ ]] && ((HOSTS >= 2 && HOSTS <= 16)) || die "--hosts: give 2..16"
-[[ $DEVICES =~ ^[0-9]+$ ]] && ((DEVICES >= 1 && DEVICES <= 16)) || die "--devices: give 1..16"
-[[ $STEPS =~ ^[0-9]+$ ]] && ((STEPS >= 1)) || die "--steps: give a positive number"
-[[ $BATCH =~ ^[0-9]+$ ]] && ((BATCH % (HOSTS * DEVICES) == 0)) ||
+num() { [[ $1 =~ ^[0-9]+$ ]]; }
+if ! num "$HOSTS" || ((HOSTS < 2 || HOSTS > 16)); then die "--hosts: give 2..16"; fi
+if ! num "$DEVICES" || ((DEVICES < 1 || DEVICES > 16)); then die "--devices: give 1..16"; fi
+if ! num "$STEPS" || ((STEPS < 1)); then die "--steps: give a positive number"; fi
+if ! num "$BATCH" || ((BATCH % (HOSTS * DEVICES) != 0)); then
   die "--batch $BATCH must be a multiple of hosts * devices = $((HOSTS * DEVICES))"
+fi
 [[ -x $BIN_DIR/dtrain && -x $BIN_DIR/dtraind ]] || die "no $BIN_DIR/dtrain or dtraind: run make"
 pb_netns_check
 
@@ -180,7 +182,8 @@ if ar.get("hier_rows"):
     for h, f in zip(ar["hier_rows"], ar["rows"]):
         b = h["bytes"]
         share = lambda t: b / t * wire * 8 / 1e9 / link_gbit if t > 0 else 0
-        name = f"{b >> 20}M" if b % (1 << 20) == 0 else f"{b / 1e6:.2f}MB"
+        name = (f"{b >> 20}M" if b and b % (1 << 20) == 0 else
+                f"{b >> 10}K" if b and b % 1024 == 0 else f"{b / 1e6:.2f}MB")
         if b == grad:
             name += "*"
         print(f"{name:>10} {h['time_s'] * 1e3:9.1f} {h['busbw_GBps']:11.3f} {share(h['time_s']):10.0%} "
