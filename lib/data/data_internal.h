@@ -32,6 +32,10 @@ typedef struct dt__img_view {
 /* tf.image.resize of the view into out (oh, ow, c). */
 dt_status dt__image_resize_view(const dt__img_view *in, float *out, int oh, int ow, dt_interp m,
                                 dt_err *err);
+/* Bilinear of a uint8 view straight to uint8 (oh, ow, c): the float result clamped to [0, 255]
+ * and rounded half up, bit for bit what resizing to float32 and rounding gives. */
+dt_status dt__image_resize_bilinear_u8(const dt__img_view *in, uint8_t *out, int oh, int ow,
+                                       dt_err *err);
 
 /* One image as inspect sees it (inspect_image.c): kind 0 neither, 1 JPEG, 2 PNG; its size and
  * mode from the header (0 / "" when unreadable); ok when it decodes; reason malloc'd if not. */

@@ -418,6 +418,22 @@ dt_status dt_image_load_u8(const uint8_t *data, size_t len, const dt_image_opts 
                            const char *what, uint8_t *out, dt_err *err)
 {
     DT_TRY(check_target(o, what, err));
+    if (o->interpolation == DT_INTERP_BILINEAR) {
+        /* straight to uint8: no float image in between (the same values, see resize.c) */
+        dt_image im;
+        DT_TRY(dt_image_decode(data, len, o, what, &im, err));
+        int y0 = 0, x0 = 0, ch = im.h, cw = im.w;
+        if (o->crop_to_aspect_ratio)
+            crop_box(im.h, im.w, o->height, o->width, &y0, &x0, &ch, &cw);
+        dt__img_view v = {.u8 = im.px + ((size_t)y0 * (size_t)im.w + (size_t)x0) * (size_t)im.c,
+                          .h = ch,
+                          .w = cw,
+                          .c = im.c,
+                          .stride = (size_t)im.w * (size_t)im.c};
+        dt_status st = dt__image_resize_bilinear_u8(&v, out, o->height, o->width, err);
+        dt_image_destroy(&im);
+        return st == DT_OK ? DT_OK : dt_err_prefix(err, "%s", what);
+    }
     float *f;
     DT_TRY(load_float(data, len, o, what, &f, err));
     size_t n = (size_t)o->height * (size_t)o->width * (size_t)o->channels;

@@ -51,26 +51,103 @@ static void lerp_taps(int in, int out, lerp_tap *taps)
     }
 }
 
-/* The same arithmetic on uint8 rows with the channel count C known to the compiler (the
- * decoded images' case, most of a job's decode time): rows and column offsets hoisted out of
- * the pixel loop. */
-static inline void bilinear_u8_rows(const dt__img_view *in, float *out, int oh, int ow,
-                                    const lerp_tap *ty, const lerp_tap *tx, const int C)
+/* The same arithmetic on uint8 rows, with each input row's horizontal lerps computed once
+ * (two rows kept: consecutive output rows share them when upscaling, and their order never goes
+ * back) and the channel count C known to the compiler: the decoded images' case, most of a
+ * job's decode time. Writes float32 (out) or, rounded as dt_image_load_u8 rounds, uint8 (o8).
+ * rows holds 2 * ow * C floats. */
+static inline void hlerp_row(const uint8_t *src, const lerp_tap *tx, int ow, const int C,
+                             float *dst)
 {
-    for (int y = 0; y < oh; y++) {
-        const uint8_t *top = in->u8 + (size_t)ty[y].lo * in->stride;
-        const uint8_t *bot = in->u8 + (size_t)ty[y].hi * in->stride;
-        float ty_t = ty[y].t;
-        for (int x = 0; x < ow; x++) {
-            size_t l = (size_t)tx[x].lo * (size_t)C, r = (size_t)tx[x].hi * (size_t)C;
-            float t = tx[x].t;
-            for (int c = 0; c < C; c++) {
-                float tl = top[l + c], tr = top[r + c], bl = bot[l + c], br = bot[r + c];
-                float a = tl + (tr - tl) * t, b = bl + (br - bl) * t;
-                *out++ = a + (b - a) * ty_t;
-            }
+    for (int x = 0; x < ow; x++) {
+        size_t l = (size_t)tx[x].lo * (size_t)C, r = (size_t)tx[x].hi * (size_t)C;
+        float t = tx[x].t;
+        for (int c = 0; c < C; c++) {
+            float tl = src[l + c], tr = src[r + c];
+            *dst++ = tl + (tr - tl) * t;
         }
     }
+}
+
+static inline void bilinear_u8_rows(const dt__img_view *in, float *out, uint8_t *o8, int oh, int ow,
+                                    const lerp_tap *ty, const lerp_tap *tx, const int C,
+                                    float *rows)
+{
+    size_t n = (size_t)ow * (size_t)C;
+    float *ra = rows, *rb = rows + n;
+    int ia = -1, ib = -1; /* the input rows ra and rb hold */
+    for (int y = 0; y < oh; y++) {
+        int lo = ty[y].lo, hi = ty[y].hi;
+        if (ia != lo) {
+            if (ib == lo) { /* the previous bottom row is this top row */
+                float *t = ra;
+                ra = rb;
+                rb = t;
+                ia = lo;
+                ib = -1;
+            } else {
+                hlerp_row(in->u8 + (size_t)lo * in->stride, tx, ow, C, ra);
+                ia = lo;
+            }
+        }
+        const float *pb = ra;
+        if (hi != lo) {
+            if (ib != hi) {
+                hlerp_row(in->u8 + (size_t)hi * in->stride, tx, ow, C, rb);
+                ib = hi;
+            }
+            pb = rb;
+        }
+        float ty_t = ty[y].t;
+        if (o8) {
+            /* No clamp to [0, 255] (which keeps the loop from vectorising): a lerp of lerps of
+             * uint8 values stays within rounding (~1e-5) of [0, 255], where (int)(v + 0.5f)
+             * already gives what clamping first gives (0 below 0.5, 255 above 254.5). */
+            for (size_t k = 0; k < n; k++) {
+                float v = ra[k] + (pb[k] - ra[k]) * ty_t;
+                o8[k] = (uint8_t)(int)(v + 0.5f);
+            }
+            o8 += n;
+        } else {
+            for (size_t k = 0; k < n; k++)
+                *out++ = ra[k] + (pb[k] - ra[k]) * ty_t;
+        }
+    }
+}
+
+static void bilinear_u8(const dt__img_view *in, float *out, uint8_t *o8, int oh, int ow,
+                        const lerp_tap *ty, const lerp_tap *tx, float *rows)
+{
+    if (in->c == 3)
+        bilinear_u8_rows(in, out, o8, oh, ow, ty, tx, 3, rows);
+    else if (in->c == 1)
+        bilinear_u8_rows(in, out, o8, oh, ow, ty, tx, 1, rows);
+    else
+        bilinear_u8_rows(in, out, o8, oh, ow, ty, tx, in->c, rows);
+}
+
+dt_status dt__image_resize_bilinear_u8(const dt__img_view *in, uint8_t *out, int oh, int ow,
+                                       dt_err *err)
+{
+    if (in->h < 1 || in->w < 1 || in->c < 1 || oh < 1 || ow < 1 || oh > DT_MAX_IMAGE_DIM ||
+        ow > DT_MAX_IMAGE_DIM || in->h > DT_MAX_IMAGE_DIM || in->w > DT_MAX_IMAGE_DIM || !in->u8)
+        return dt_err_set(err, DT_EINVAL, "resize: %dx%dx%d to %dx%d: sizes must be 1..%d", in->h,
+                          in->w, in->c, oh, ow, DT_MAX_IMAGE_DIM);
+    lerp_tap *ty = malloc((size_t)oh * sizeof *ty), *tx = malloc((size_t)ow * sizeof *tx);
+    float *rows = malloc(2 * (size_t)ow * (size_t)in->c * sizeof(float));
+    dt_status st = DT_OK;
+    if (!ty || !tx || !rows) {
+        st = dt_err_set(err, DT_ENOMEM, "resize: out of memory");
+    } else {
+        /* the same size: lerps of weight 0, the identity, as the float path's copy */
+        lerp_taps(in->h, oh, ty);
+        lerp_taps(in->w, ow, tx);
+        bilinear_u8(in, NULL, out, oh, ow, ty, tx, rows);
+    }
+    free(ty);
+    free(tx);
+    free(rows);
+    return st;
 }
 
 static void resize_bilinear(const dt__img_view *in, float *out, int oh, int ow, lerp_tap *ty,
@@ -79,13 +156,12 @@ static void resize_bilinear(const dt__img_view *in, float *out, int oh, int ow, 
     lerp_taps(in->h, oh, ty);
     lerp_taps(in->w, ow, tx);
     if (in->u8) {
-        if (in->c == 3)
-            bilinear_u8_rows(in, out, oh, ow, ty, tx, 3);
-        else if (in->c == 1)
-            bilinear_u8_rows(in, out, oh, ow, ty, tx, 1);
-        else
-            bilinear_u8_rows(in, out, oh, ow, ty, tx, in->c);
-        return;
+        float *rows = malloc(2 * (size_t)ow * (size_t)in->c * sizeof(float));
+        if (rows) {
+            bilinear_u8(in, out, NULL, oh, ow, ty, tx, rows);
+            free(rows);
+            return;
+        } /* else the general loop below, which needs no memory */
     }
     for (int y = 0; y < oh; y++)
         for (int x = 0; x < ow; x++)
