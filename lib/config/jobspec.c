@@ -426,10 +426,24 @@ static dt_status parse_fit(const cJSON *root, dt_jobspec *s, dt_err *err)
     s->verbose = -1;
     if (!f)
         return DT_OK;
-    static const char *const keys[] = {"epochs",          "batch_size", "steps_per_epoch",
-                                       "validation_freq", "verbose",    "callbacks",
-                                       "class_weight",    NULL};
+    static const char *const keys[] = {"epochs",          "batch_size",       "steps_per_epoch",
+                                       "validation_freq", "verbose",          "callbacks",
+                                       "class_weight",    "validation_split", NULL};
     DT_TRY(check_keys(f, "$.fit", keys, err));
+    const cJSON *vs = cJSON_GetObjectItemCaseSensitive(f, "validation_split");
+    if (vs && !cJSON_IsNull(vs)) {
+        if (!cJSON_IsNumber(vs) || !(vs->valuedouble >= 0 && vs->valuedouble < 1))
+            return dt_err_set(err, DT_EINVAL,
+                              "$.fit.validation_split: expected a fraction in [0, 1), e.g. 0.2");
+        s->validation_split = vs->valuedouble;
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "data");
+        const cJSON *dv =
+            cJSON_IsObject(d) ? cJSON_GetObjectItemCaseSensitive(d, "validation") : NULL;
+        if (s->validation_split > 0 && dv && !cJSON_IsNull(dv))
+            return dt_err_set(err, DT_EINVAL,
+                              "$.fit.validation_split: $.data.validation is given too; use one "
+                              "(validation_split holds out the end of $.data.train)");
+    }
     DT_TRY(parse_class_weight(cJSON_GetObjectItemCaseSensitive(f, "class_weight"), s, err));
     const cJSON *cbs = cJSON_GetObjectItemCaseSensitive(f, "callbacks");
     if (cbs && !cJSON_IsNull(cbs)) {

@@ -206,6 +206,9 @@ typedef struct dt_jobspec {
      * the integer label, the rounded value of a one-column target, or a one-hot row's argmax. */
     float *class_weight;
     int n_class_weight;
+    /* $.fit.validation_split, (0, 1): the last part of the training data (before shuffling)
+     * is the validation data, as Keras's fit takes it; 0: none. */
+    double validation_split;
     int verbose;    /* -1 "auto" (default), 0 silent, 1 progress bar, 2 a line per
                        epoch: how `dtrain watch` shows the job */
     int ncallbacks; /* $.fit.callbacks, in the order given (Keras calls them so) */

@@ -250,6 +250,12 @@ typedef struct dt_dataset {
 dt_status dt_dataset_load(const dt_data_source *src, dt_dataset **out, dt_err *err);
 void dt_dataset_free(dt_dataset *ds);
 
+/* Keras's fit(validation_split=): moves the last examples of ds (those from
+ * floor(n * (1 - fraction)) on, in file order, before any shuffling) into a new dataset *val
+ * and keeps the first ones in ds. Both parts must be non-empty. ds must hold every example
+ * (loaded without a FILE shard). *val has one "file", named after the split. */
+dt_status dt_dataset_split(dt_dataset *ds, double fraction, dt_dataset **val, dt_err *err);
+
 /* Called by the loading thread every ~2 s and at the end of a long decode: done of total. */
 typedef void (*dt_data_progress_fn)(void *arg, size_t done, size_t total);
 

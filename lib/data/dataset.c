@@ -1,6 +1,8 @@
 /* dataset.c - the in-memory dataset: allocation, provenance, and loading by format. */
 #include "data/data_internal.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -47,6 +49,71 @@ void dt_dataset_free(dt_dataset *ds)
     free(ds->file_start);
     free(ds->x_row);
     free(ds);
+}
+
+dt_status dt_dataset_split(dt_dataset *ds, double fraction, dt_dataset **val, dt_err *err)
+{
+    *val = NULL;
+    size_t at = (size_t)floor((double)ds->n * (1.0 - fraction));
+    /* An index (submit-time checks) splits by count; a FILE shard lacks other workers' rows. */
+    bool index = ds->shard_workers == -1;
+    if (ds->x_row && !index)
+        return dt_err_set(err, DT_EINVAL, "validation_split: the data set is a FILE shard");
+    if (!(fraction > 0 && fraction < 1) || at == 0 || at >= ds->n)
+        return dt_err_set(err, DT_EINVAL,
+                          "validation_split %g of %zu examples leaves %zu for training and %zu "
+                          "for validation; both need at least one",
+                          fraction, ds->n, at, ds->n - at);
+    size_t nv = ds->n - at;
+    dt_dataset *v = calloc(1, sizeof *v);
+    if (!v)
+        return dt_err_set(err, DT_ENOMEM, "validation_split: out of memory");
+    *v = (dt_dataset){.n = nv,
+                      .x_rank = ds->x_rank,
+                      .x_size = ds->x_size,
+                      .x_scale = ds->x_scale,
+                      .y_kind = ds->y_kind,
+                      .y_size = ds->y_size,
+                      .num_classes = ds->num_classes,
+                      .nfiles = 1};
+    memcpy(v->x_shape, ds->x_shape, sizeof v->x_shape);
+    bool ok = true;
+#define DT_SPLIT_TAIL(field, per)                                                                  \
+    if (ds->field) {                                                                               \
+        size_t bytes_ = nv * (per) * sizeof *ds->field;                                            \
+        v->field = malloc(bytes_ ? bytes_ : 1);                                                    \
+        if ((ok = ok && v->field))                                                                 \
+            memcpy(v->field, ds->field + at * (per), bytes_);                                      \
+    }
+    DT_SPLIT_TAIL(x_u8, ds->x_size)
+    DT_SPLIT_TAIL(x_f32, ds->x_size)
+    DT_SPLIT_TAIL(y_i32, 1)
+    DT_SPLIT_TAIL(y_f32, ds->y_size)
+    DT_SPLIT_TAIL(x_row, 1)
+#undef DT_SPLIT_TAIL
+    v->shard_workers = index ? -1 : 0;
+    v->file_names = calloc(1, sizeof *v->file_names);
+    v->file_start = calloc(2, sizeof *v->file_start);
+    char name[256];
+    snprintf(name, sizeof name, "the last %zu examples of %s (validation_split)", nv,
+             ds->nfiles ? ds->file_names[0] : "the training data");
+    ok = ok && v->file_names && v->file_start && (v->file_names[0] = strdup(name));
+    if (!ok) {
+        dt_dataset_free(v);
+        return dt_err_set(err, DT_ENOMEM, "validation_split: out of memory");
+    }
+    v->file_start[1] = nv;
+    /* The training part keeps the files that start before the split, the last one cut. */
+    size_t keep = 0;
+    while (keep < ds->nfiles && ds->file_start[keep] < at)
+        keep++;
+    for (size_t f = keep; f < ds->nfiles; f++)
+        free(ds->file_names[f]);
+    ds->nfiles = keep;
+    ds->file_start[keep] = at;
+    ds->n = at;
+    *val = v;
+    return DT_OK;
 }
 
 dt_status dt_dataset_load(const dt_data_source *src, dt_dataset **out, dt_err *err)

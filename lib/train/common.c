@@ -253,7 +253,9 @@ dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err 
     uint64_t held = 0;
     DT_TRY(dt__train_build(spec, NULL, 0, &m, &loss, &cfg, err));
     DT_TRY_GOTO(dt__train_data_spec(spec, &ds, err), st, fail);
-    DT_TRY_GOTO(dt__train_callbacks_check(spec, ds.has_validation, &cfg, err), st, fail);
+    DT_TRY_GOTO(
+        dt__train_callbacks_check(spec, ds.has_validation || spec->validation_split > 0, &cfg, err),
+        st, fail);
     /* Estimate before loading anything big: the batch is the global one, since the world the
      * job will run on is not known here (an over-estimate on several replicas). */
     dt_train_mem mem = {.batch = spec->batch_size};
@@ -283,7 +285,12 @@ dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err 
         goto fail;
     }
     DT_TRY_GOTO(dt__train_check_data(m, &loss, tr, "$.data.train", true, err), st, fail);
-    if (ds.has_validation) {
+    if (spec->validation_split > 0) {
+        if ((st = dt_dataset_split(tr, spec->validation_split, &va, err)) != DT_OK) {
+            dt_err_prefix(err, "$.fit");
+            goto fail;
+        }
+    } else if (ds.has_validation) {
         if ((st = dt_dataset_load_shard(&ds.validation, &lo, &va, err)) != DT_OK) {
             dt_err_prefix(err, "$.data.validation");
             goto fail;

@@ -277,13 +277,21 @@ dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_tra
      * folder of 25,000 JPEGs is 1/W of the work per worker), everything under DATA/OFF. */
     dt_data_load_opts lo = {
         .policy = t->ds.shard_policy, .num_workers = opts->world, .worker_index = opts->rank};
-    if ((st = dt_dataset_load_shard(&t->ds.train, &lo, &t->train, err)) != DT_OK) {
+    /* $.fit.validation_split holds out the end of the whole set: every worker decodes it all */
+    bool split = spec->validation_split > 0;
+    if ((st = dt_dataset_load_shard(&t->ds.train, split ? NULL : &lo, &t->train, err)) != DT_OK) {
         dt_err_prefix(err, "$.data.train");
         goto fail;
     }
     DT_TRY_GOTO(dt__train_check_data(t->m, &t->loss, t->train, "$.data.train", true, err), st,
                 fail);
-    if (t->ds.has_validation) {
+    if (split) {
+        if ((st = dt_dataset_split(t->train, spec->validation_split, &t->val, err)) != DT_OK) {
+            dt_err_prefix(err, "$.fit");
+            goto fail;
+        }
+        DT_TRY_GOTO(open_pipeline(t, t->val, false, &t->pv, err), st, fail);
+    } else if (t->ds.has_validation) {
         if ((st = dt_dataset_load(&t->ds.validation, &t->val, err)) != DT_OK) {
             dt_err_prefix(err, "$.data.validation");
             goto fail;
@@ -304,7 +312,7 @@ dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_tra
             t->steps = spec->steps_per_epoch;
     }
     DT_TRY_GOTO(plan_buckets(t, err), st, fail);
-    DT_TRY_GOTO(dt__train_callbacks_check(spec, t->ds.has_validation, &t->cfg, err), st, fail);
+    DT_TRY_GOTO(dt__train_callbacks_check(spec, t->val != NULL, &t->cfg, err), st, fail);
     t->resume_lr = NAN;
     for (int i = 0; i < spec->ncallbacks; i++)
         t->on_nan |= spec->callbacks[i].kind == DT_CALLBACK_TERMINATE_ON_NAN;

@@ -39,7 +39,8 @@ static void expect_refused_everywhere(const char *path, const char *kind)
     ASSERT_CONTAINS(err.msg, kind);
     dt_data_file_info info;
     ASSERT_STATUS(dt_data_inspect(path, NULL, &info, &err), DT_EINVAL);
-    ASSERT_CONTAINS(err.msg, kind);
+    /* inspect reads a directory as an image folder: an empty one has no classes */
+    ASSERT_CONTAINS(err.msg, strstr(kind, "directory") ? "has no class subfolders" : kind);
     char *text = NULL;
     ASSERT_STATUS(dt_file_read_regular(path, 1 << 20, &text, &len, &err), DT_EINVAL);
     ASSERT_CONTAINS(err.msg, kind);
