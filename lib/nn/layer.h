@@ -151,9 +151,11 @@ struct dt__nn_layer {
 
     /* Recurrent layers (layers_rnn.c): the cell (dt_nn_cell), its activation and recurrent
      * activation (dt_nn_cell_act), the recurrent kernel's initializer and regularizer, the
-     * options, and Bidirectional's merge mode and its two layers' names. */
+     * options (the input dropout's rate is `rate`), and Bidirectional's merge mode and its two
+     * layers' names. */
     int rnn_cell, rnn_act, rnn_rec, rnn_merge;
     bool rnn_seq, rnn_back, rnn_reset_after, rnn_zero_masked, rnn_bidi;
+    bool rnn_gate_masks; /* dropout: one input mask per gate (implementation 1), else one */
     dt__nn_init rinit;
     float rl1, rl2;
     char rnn_names[2][DT_NN_NAME_LEN];

@@ -8,12 +8,15 @@
  * walks the steps back the same way and ends with one GEMM each for the kernel's gradient and
  * the input's. Masked timesteps (dt__nn_in_mask) keep the state; their output is the kept state,
  * or 0 with zero_output_for_mask (which Bidirectional sets with return_sequences, as Keras).
+ * dropout masks the input with one draw per sample over the features, kept for every timestep
+ * (one per gate with "implementation": 1); recurrent_dropout is refused.
  *
  * Per-sample scratch (aux), per direction, in this order: the gate pre-activations A (T, G u)
  * (overwritten by their gradients in backward), the states H (T + 1, u) time-major, an LSTM's
  * cell states C (T + 1, u), a GRU's per-step q (T, u), the recurrent projection R (G u), the
- * carried gradients dH, dC, dQ (u each), and Bidirectional's per-direction output and its
- * gradient (T_out, u each). */
+ * carried gradients dH, dC, dQ (u each), Bidirectional's per-direction output and its
+ * gradient (T_out, u each), and with dropout the masks (groups, T, D), one draw (D) and the
+ * masked input (T, D). */
 #include "nn/layer.h"
 
 #include "core/limits.h"
@@ -145,21 +148,25 @@ static dt_status cell_parse(dt__nn_layer *l, const cJSON *cfg, int cell, dt_err 
     DT_TRY(dt__nn_cfg_null(l, cfg, "kernel_constraint", err));
     DT_TRY(dt__nn_cfg_null(l, cfg, "recurrent_constraint", err));
     DT_TRY(dt__nn_cfg_null(l, cfg, "bias_constraint", err));
-    static const char *const drops[] = {"dropout", "recurrent_dropout"};
-    for (int i = 0; i < 2; i++) {
-        float rate;
-        DT_TRY(dt__nn_cfg_float(l, cfg, drops[i], 0, &rate, err));
-        if (rate != 0)
-            return dt__nn_layer_err(
-                l, DT_ENOTSUP, err, "option '%s': %g is not supported (only 0: %s)", drops[i],
-                (double)rate,
-                i == 0 ? "a SpatialDropout1D before the layer drops the same input features at "
-                         "every timestep, as the cell's dropout does"
-                       : "recurrent dropout is not implemented");
-    }
+    /* dropout: one mask per sample over the input features, the same at every timestep; with
+     * "implementation": 1 one such mask per gate (Keras 2 and 3 alike), else one for all. */
+    DT_TRY(dt__nn_cfg_float(l, cfg, "dropout", 0, &l->rate, err));
+    if (l->rate < 0 || l->rate >= 1)
+        return dt__nn_layer_err(l, DT_EINVAL, err, "option 'dropout': %g is not in [0, 1)",
+                                (double)l->rate);
+    float rec_rate;
+    DT_TRY(dt__nn_cfg_float(l, cfg, "recurrent_dropout", 0, &rec_rate, err));
+    if (rec_rate != 0)
+        return dt__nn_layer_err(
+            l, DT_ENOTSUP, err,
+            "option 'recurrent_dropout': %g is not supported (only 0: recurrent "
+            "dropout is not implemented; 'dropout' is)",
+            (double)rec_rate);
     int ignored;
     DT_TRY(dt__nn_cfg_int(l, cfg, "seed", 0, &ignored, err)); /* the model's seed drives draws */
-    DT_TRY(dt__nn_cfg_int(l, cfg, "implementation", 2, &ignored, err)); /* a speed choice */
+    int impl;
+    DT_TRY(dt__nn_cfg_int(l, cfg, "implementation", 2, &impl, err)); /* else a speed choice */
+    l->rnn_gate_masks = impl == 1;
     const cJSON *cudnn = get(cfg, "use_cudnn"); /* a speed choice: true, false or "auto" */
     if (cudnn && !cJSON_IsBool(cudnn) && !cJSON_IsString(cudnn))
         return dt__nn_layer_err(l, DT_EINVAL, err,
@@ -330,6 +337,8 @@ static dt_status bidi_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
     l->rnn_seq = fw.rnn_seq;
     l->rnn_back = fw.rnn_back;
     l->rnn_zero_masked = fw.rnn_seq; /* Keras's Bidirectional forces zero_output_for_mask */
+    l->rate = fw.rate;
+    l->rnn_gate_masks = fw.rnn_gate_masks;
     l->kinit = fw.kinit;
     l->rinit = fw.rinit;
     l->binit = fw.binit;
@@ -362,9 +371,16 @@ static int steps_out(const dt__nn_layer *l)
 }
 
 /* Floats of scratch per sample and direction (see the file comment). */
+/* Input dropout masks: one per gate, or one for all. */
+static int drop_groups(const dt__nn_layer *l)
+{
+    return l->rnn_gate_masks ? gates_of(l->rnn_cell) : 1;
+}
+
 static size_t dir_floats(const dt__nn_layer *l)
 {
     size_t T = (size_t)steps(l), u = (size_t)l->units, gu = (size_t)gates_of(l->rnn_cell) * u;
+    size_t D = (size_t)l->in_shape[0].d[1];
     size_t f = T * gu + (T + 1) * u + gu + 3 * u;
     if (l->rnn_cell == DT_NN_CELL_LSTM)
         f += (T + 1) * u;
@@ -372,6 +388,8 @@ static size_t dir_floats(const dt__nn_layer *l)
         f += T * u;
     if (l->rnn_bidi)
         f += 2 * (size_t)steps_out(l) * u;
+    if (l->rate > 0) /* the masks (groups, T, D) and (D), the masked input (T, D) */
+        f += ((size_t)drop_groups(l) + 1) * T * D + D;
     return f;
 }
 
@@ -419,6 +437,7 @@ static dt_status rnn_build(dt__nn_layer *l, dt_err *err)
 
 typedef struct dir_bufs {
     float *a, *h, *c, *q, *r, *dh, *dc, *dq, *y, *dy;
+    float *mx, *mc, *xd; /* input dropout: masks (groups, n, T, D), one draw (n, D), x masked */
 } dir_bufs;
 
 static dir_bufs bufs(dt__nn_layer *l, const dt__nn_ctx *c, int d)
@@ -441,6 +460,12 @@ static dir_bufs bufs(dt__nn_layer *l, const dt__nn_ctx *c, int d)
     if (l->rnn_bidi) {
         TAKE(y, (size_t)steps_out(l) * u);
         TAKE(dy, (size_t)steps_out(l) * u);
+    }
+    if (l->rate > 0) {
+        size_t D = (size_t)l->in_shape[0].d[1];
+        TAKE(mx, (size_t)drop_groups(l) * T * D);
+        TAKE(mc, D);
+        TAKE(xd, T * D);
     }
 #undef TAKE
     return b;
@@ -500,6 +525,35 @@ static float *out_at(const dt__nn_layer *l, int d, int s, float *out)
     return out + (size_t)o * (size_t)l->units;
 }
 
+static bool dropping(const dt__nn_layer *l, const dt__nn_ctx *c)
+{
+    return c->training && l->rate > 0;
+}
+
+/* The input dropout's masks of a step: per sample and group one draw over the features (as
+ * Dropout draws, from the model's stream), spread over the timesteps (Keras keeps a cell's mask
+ * for the whole sequence). */
+static void draw_masks(dt__nn_layer *l, dt__nn_ctx *c, const dir_bufs *b)
+{
+    const dt_nn_ops *o = c->ops;
+    size_t n = (size_t)c->n, T = (size_t)steps(l), D = (size_t)l->in_shape[0].d[1];
+    for (int g = 0; g < drop_groups(l); g++) {
+        o->fill(n * D, 1.0f, b->xd);
+        o->dropout_fwd(b->xd, b->xd, b->mc, n * D, l->rate, c->rng);
+        float *m = b->mx + (size_t)g * n * T * D;
+        for (size_t s = 0; s < n; s++)
+            o->copy2d(T, (int)D, b->mc + s * D, 0, m + s * T * D, (int)D, false);
+    }
+}
+
+/* out(n T, D) (=/+=) the input masked by group g's dropout mask. */
+static const float *masked_x(dt__nn_layer *l, dt__nn_ctx *c, const dir_bufs *b, int g)
+{
+    size_t all = (size_t)c->n * (size_t)steps(l) * (size_t)l->in_shape[0].d[1];
+    c->ops->mul(all, dt__nn_x(c, l, 0), b->mx + (size_t)g * all, b->xd, false);
+    return b->xd;
+}
+
 static void dir_forward(dt__nn_layer *l, dt__nn_ctx *c, int d, float *out)
 {
     const dt_nn_ops *o = c->ops;
@@ -508,8 +562,16 @@ static void dir_forward(dt__nn_layer *l, dt__nn_ctx *c, int d, float *out)
     bool split = l->rnn_cell == DT_NN_CELL_GRU && !l->rnn_reset_after;
     dir_bufs b = bufs(l, c, d);
     const dt__nn_weight *w = dir_w(l, d);
-    dt_nn_gemm(o, false, false, n * T, gu, D, 1.0f, dt__nn_x(c, l, 0), D, w[0].data, gu, 0.0f, b.a,
-               gu);
+    if (!dropping(l, c)) {
+        dt_nn_gemm(o, false, false, n * T, gu, D, 1.0f, dt__nn_x(c, l, 0), D, w[0].data, gu, 0.0f,
+                   b.a, gu);
+    } else { /* each group of gate columns from the input under its mask */
+        draw_masks(l, c, &b);
+        int gw = gu / drop_groups(l);
+        for (int g = 0; g < drop_groups(l); g++)
+            dt_nn_gemm(o, false, false, n * T, gw, D, 1.0f, masked_x(l, c, &b, g), D,
+                       w[0].data + g * gw, gu, 0.0f, b.a + g * gw, gu);
+    }
     if (l->use_bias)
         o->bias_add(b.a, w[2].data, (size_t)n * (size_t)T, gu);
     o->fill((size_t)n * (size_t)u, 0.0f, b.h);
@@ -584,9 +646,15 @@ static void dir_backward(dt__nn_layer *l, dt__nn_ctx *c, int d, const float *dou
             dt_nn_gemm(o, false, true, n, u, 2 * u, 1.0f, st.a, lda, U, gu, 1.0f, b.dh, u);
         }
     }
-    if (w[0].grad)
+    if (w[0].grad && !dropping(l, c)) {
         dt_nn_gemm(o, true, false, D, gu, n * T, 1.0f, dt__nn_x(c, l, 0), D, b.a, gu, 0.0f,
                    w[0].grad, gu);
+    } else if (w[0].grad) {
+        int gw = gu / drop_groups(l);
+        for (int g = 0; g < drop_groups(l); g++)
+            dt_nn_gemm(o, true, false, D, gw, n * T, 1.0f, masked_x(l, c, &b, g), D, b.a + g * gw,
+                       gu, 0.0f, w[0].grad + g * gw, gu);
+    }
     if (gb)
         o->bias_grad(b.a, (size_t)n * (size_t)T, gu, gb, false);
 }
@@ -661,8 +729,19 @@ static void rnn_backward(dt__nn_layer *l, dt__nn_ctx *c)
     int n = c->n, T = steps(l), D = l->in_shape[0].d[1], gu = gates_of(l->rnn_cell) * l->units;
     for (int d = 0; d < n_dirs(l); d++) { /* dx (=/+=) d(pre-activations) kernel^T */
         dir_bufs b = bufs(l, c, d);
-        dt_nn_gemm(o, false, true, n * T, D, gu, 1.0f, b.a, gu, dir_w(l, d)[0].data, gu,
-                   (acc || d > 0) ? 1.0f : 0.0f, dx, D);
+        const float *k = dir_w(l, d)[0].data;
+        if (!dropping(l, c)) {
+            dt_nn_gemm(o, false, true, n * T, D, gu, 1.0f, b.a, gu, k, gu,
+                       (acc || d > 0) ? 1.0f : 0.0f, dx, D);
+            continue;
+        }
+        int gw = gu / drop_groups(l);
+        size_t all = (size_t)n * (size_t)T * (size_t)D;
+        for (int g = 0; g < drop_groups(l); g++) { /* each group's part, under its mask */
+            dt_nn_gemm(o, false, true, n * T, D, gw, 1.0f, b.a + g * gw, gu, k + g * gw, gu, 0.0f,
+                       b.xd, D);
+            o->mul(all, b.xd, b.mx + (size_t)g * all, dx, acc || d > 0 || g > 0);
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 /* test_nn_rnn.c - the recurrent layers (SimpleRNN, LSTM, GRU, Bidirectional): finite-difference
  * gradients of every class and option (masks, go_backwards, return_sequences, reset_after, the
- * merge modes), float64 PyTorch parity of outputs and gradients, Keras's weight names, shapes
- * and parameter counts, the initializers (Orthogonal, unit_forget_bias) and the refusals.
+ * merge modes, dropout), float64 PyTorch parity of outputs and gradients, Keras's weight names,
+ * shapes and parameter counts, the initializers (Orthogonal, unit_forget_bias), the dropout
+ * masks, Embedding(mask_zero) padding and the refusals.
  *
  * A mask is given by hand: the InputLayer is made its source (mask_len, mask_src) and its
  * buffer filled after the model reserved its batch, as an Embedding with mask_zero would. */
@@ -348,10 +349,9 @@ DT_TEST(nn_rnn_refusals)
     refused(rnn("LSTM", "\"units\": 4, \"stateful\": true"), "5, 3", "'stateful'", "zero states");
     refused(rnn("LSTM", "\"units\": 4, \"return_state\": true"), "5, 3", "'return_state'", NULL);
     refused(rnn("GRU", "\"units\": 4, \"time_major\": true"), "5, 3", "'time_major'", NULL);
-    refused(rnn("GRU", "\"units\": 4, \"dropout\": 0.2"), "5, 3", "'dropout': 0.2",
-            "SpatialDropout1D");
+    refused(rnn("GRU", "\"units\": 4, \"dropout\": 1"), "5, 3", "'dropout': 1", "[0, 1)");
     refused(rnn("SimpleRNN", "\"units\": 4, \"recurrent_dropout\": 0.1"), "5, 3",
-            "'recurrent_dropout'", NULL);
+            "'recurrent_dropout': 0.1", "not implemented");
     refused(rnn("LSTM", "\"units\": 4, \"activation\": \"softplus\""), "5, 3", "'activation'",
             "softplus");
     refused(rnn("LSTM", "\"units\": 0"), "5, 3", "'units'", NULL);
@@ -362,7 +362,7 @@ DT_TEST(nn_rnn_refusals)
     refused(rnn("LSTM", "\"units\": 4"), "5, 3, 2", "(timesteps, features)", NULL);
     refused(bidi(rnn("LSTM", "\"units\": 4"), ", \"merge_mode\": null"), "5, 3", "'merge_mode'",
             NULL);
-    refused(bidi(rnn("LSTM", "\"units\": 4, \"dropout\": 0.5"), ""), "5, 3",
+    refused(bidi(rnn("LSTM", "\"units\": 4, \"recurrent_dropout\": 0.5"), ""), "5, 3",
             "'layer' (LSTM 'lstm')", "'dropout'");
     refused(bidi(rnn("LSTM", "\"units\": 4, \"colour\": 1"), ""), "5, 3", "'layer'", "'colour'");
     refused(bidi(DENSE(4, "tanh"), ""), "5, 3", "'layer'", "class Dense");
@@ -814,4 +814,76 @@ DT_TEST(nn_rnn_regularizers)
     nn_data_free(&d);
     dt_model_free(m);
     dt_model_free(m0);
+}
+
+/* ---- dropout: the input's mask, the same at every timestep ------------------------------------
+ */
+
+/* Finite differences in training mode (the model's dropout stream rewound for every loss):
+ * one mask for all gates, one per gate ("implementation": 1), both directions of a
+ * Bidirectional, with a sequence mask. */
+DT_TEST(nn_rnn_grad_dropout)
+{
+    check(rnn("LSTM", "\"units\": 4, \"dropout\": 0.4"), false, false);
+    check(rnn("GRU", "\"units\": 4, \"dropout\": 0.4, \"implementation\": 1, "
+                     "\"return_sequences\": true"),
+          true, true);
+    check(rnn("GRU", "\"units\": 4, \"dropout\": 0.3, \"reset_after\": false, "
+                     "\"go_backwards\": true"),
+          false, true);
+    check(rnn("SimpleRNN", "\"units\": 4, \"dropout\": 0.5"), false, false);
+    check(bidi(rnn("LSTM", "\"units\": 3, \"dropout\": 0.4, \"implementation\": 1, "
+                           "\"return_sequences\": true"),
+               ", \"merge_mode\": \"sum\""),
+          true, true);
+}
+
+/* A SimpleRNN whose kernel is the identity and whose recurrent kernel is 0 outputs its input
+ * under the dropout mask: per sample one mask over the features, 0 or 1 / (1 - rate), the same
+ * at every timestep, dropping about `rate` of them; a new draw every step; none in inference. */
+DT_TEST(nn_rnn_dropout_mask)
+{
+    enum { N = 64, TT = 4, F = 8 };
+    dt_model *m = nn_build(nn_seq("4, 8",
+                                  rnn("SimpleRNN", "\"units\": 8, \"activation\": \"linear\", "
+                                                   "\"use_bias\": false, \"dropout\": 0.5, "
+                                                   "\"return_sequences\": true"),
+                                  NULL),
+                           3);
+    float eye[F * F] = {0}, zero[F * F] = {0};
+    for (int i = 0; i < F; i++)
+        eye[i * F + i] = 1;
+    dt_err err = {0};
+    ASSERT_OK(dt_model_set_weight(m, "simple_rnn/simple_rnn_cell/kernel", eye, F * F, &err), &err);
+    ASSERT_OK(
+        dt_model_set_weight(m, "simple_rnn/simple_rnn_cell/recurrent_kernel", zero, F * F, &err),
+        &err);
+    static float x[N * TT * F], t[N * TT * F], y[N * TT * F], first[N * TT * F];
+    for (int i = 0; i < N * TT * F; i++)
+        x[i] = 1;
+    dt_model_batch b = {.x = x, .targets = t, .n = N};
+    dt_step_stats st;
+    for (int step = 0; step < 2; step++) {
+        ASSERT_OK(dt_model_train_step(m, &mse, &b, N, &st, &err), &err);
+        const float *p = dt_model_last_predictions(m);
+        int dropped = 0;
+        for (int s = 0; s < N; s++)
+            for (int k = 0; k < F; k++) {
+                float v = p[(s * TT) * F + k];
+                ASSERT_TRUE(v == 0.0f || v == 2.0f);
+                dropped += v == 0.0f;
+                for (int tt = 1; tt < TT; tt++)
+                    ASSERT_TRUE(p[(s * TT + tt) * F + k] == v);
+            }
+        ASSERT_GT(dropped, N * F / 2 - 60); /* 256 expected, sd 11 */
+        ASSERT_LT(dropped, N * F / 2 + 60);
+        if (step == 0)
+            memcpy(first, p, sizeof first);
+        else
+            ASSERT_NE(memcmp(first, p, sizeof first), 0);
+    }
+    ASSERT_OK(dt_model_predict(m, x, N, y, &err), &err); /* a step computes, nothing updates */
+    for (int i = 0; i < N * TT * F; i++)
+        ASSERT_TRUE(fabsf(y[i] - 1.0f) < 1e-6f);
+    dt_model_free(m);
 }
