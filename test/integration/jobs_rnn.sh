@@ -6,7 +6,8 @@
 # only a layer that carries state through the timesteps separates the classes. One daemon, then
 # two: both learn (validation accuracy well above a third) and the two-daemon run follows the
 # one-daemon run epoch by epoch. A second job stacks Embedding(mask_zero) -> Bidirectional(GRU)
-# on token rows padded with 0 and must learn too (the masks reach the recurrent layer).
+# on token rows padded with 0 and must learn too (the masks reach the recurrent layer); its
+# exported weights carry Keras's names and shapes (bidirectional/forward_gru/gru_cell/kernel).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
@@ -81,6 +82,22 @@ run_rnn() { # TAG N: the jobs on N daemons; their epoch_end events in TAG.jsonl,
     dt_fail "the LSTM job on $n daemon(s) did not succeed: $(tail -1 "$DT_TEST_TMP/$tag.jsonl")"
   jc submit "$DT_TEST_TMP/tok.json" --watch --json >"$DT_TEST_TMP/$tag-tok.jsonl" ||
     dt_fail "the GRU job on $n daemon(s) did not succeed: $(tail -1 "$DT_TEST_TMP/$tag-tok.jsonl")"
+  if [[ $n == 1 ]]; then # the final weights under Keras's names and shapes
+    jc export 2 -o "$DT_TEST_TMP/tok.safetensors" >/dev/null || dt_fail "export of the GRU job"
+    /usr/bin/python3 - "$DT_TEST_TMP/tok.safetensors" <<'PY' || dt_fail "the exported GRU weights"
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+hdr = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+want = {"embedding/embeddings": [20, 8]}
+for d in ("forward_gru", "backward_gru"):
+    want[f"bidirectional/{d}/gru_cell/kernel"] = [8, 24]
+    want[f"bidirectional/{d}/gru_cell/recurrent_kernel"] = [8, 24]
+    want[f"bidirectional/{d}/gru_cell/bias"] = [2, 24]
+for name, shape in want.items():
+    assert hdr[name]["shape"] == shape, (name, hdr.get(name))
+print("exported:", sorted(k for k in hdr if k != "__metadata__"))
+PY
+  fi
   for ((i = 0; i < n; i++)); do dt_stop_daemon "$tag-w$i" 10 || true; done
 }
 run_rnn one 1
