@@ -58,4 +58,11 @@ echo "val_accuracy $acc after 3 epochs, $(ms_since "$t0") ms from submit"
 /usr/bin/python3 -c 'import sys; sys.exit(float(sys.argv[1]) < 0.88)' "$acc" ||
   dt_fail "val_accuracy $acc < 0.88"
 dt_assert_contains "$DT_TEST_TMP/img-w0.log" "rank 1 prepared \(30000 examples" "FILE sharding: half the files each"
+# each worker decodes only its own half (submit-time validation decodes nothing), and all of
+# the validation split, which every replica reads (DATA)
+for w in 0 1; do
+  dt_assert_contains "$DT_TEST_TMP/img-w$w.log" "decoded 30000 of 60000 files \(this worker's FILE shard\)" "worker $w decodes its shard"
+  dt_assert_contains "$DT_TEST_TMP/img-w$w.log" "decoded 10000 of 10000 files in" "worker $w decodes the validation split"
+  if grep -q "decoded 60000 of 60000" "$DT_TEST_TMP/img-w$w.log"; then dt_fail "worker $w decoded the whole training folder"; fi
+done
 echo "ok: Fashion-MNIST from PNG class folders"
