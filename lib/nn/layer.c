@@ -46,6 +46,7 @@ static const dt__nn_layer_vt *const classes[] = {
     &dt__nn_cropping2d,
     &dt__nn_depthwise_conv2d,
     &dt__nn_separable_conv2d,
+    &dt__nn_conv2d_transpose,
     &dt__nn_spatial_dropout2d,
     &dt__nn_embedding,
     &dt__nn_conv1d,

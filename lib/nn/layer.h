@@ -322,6 +322,8 @@ extern const dt__nn_layer_vt dt__nn_input_layer, dt__nn_dense, dt__nn_flatten, d
     dt__nn_random_contrast, dt__nn_random_crop, dt__nn_random_translation, dt__nn_random_zoom,
     dt__nn_random_rotation, dt__nn_multiply, dt__nn_subtract, dt__nn_average, dt__nn_maximum,
     dt__nn_cropping2d, dt__nn_depthwise_conv2d, dt__nn_separable_conv2d, dt__nn_spatial_dropout2d;
+/* layers_deconv.c */
+extern const dt__nn_layer_vt dt__nn_conv2d_transpose;
 /* layers_seq.c, and SpatialDropout1D in layers_vision.c */
 extern const dt__nn_layer_vt dt__nn_embedding, dt__nn_conv1d, dt__nn_maxpool1d, dt__nn_avgpool1d,
     dt__nn_gap1d, dt__nn_gmp1d, dt__nn_layernorm, dt__nn_time_distributed, dt__nn_spatial_dropout1d;

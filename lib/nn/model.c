@@ -52,8 +52,8 @@ static dt__nn_layer *root(dt_model *m, dt__nn_layer *l)
 static bool has_fused_act(const dt__nn_layer *l)
 {
     return l->vt == &dt__nn_dense || l->vt == &dt__nn_conv2d || l->vt == &dt__nn_depthwise_conv2d ||
-           l->vt == &dt__nn_separable_conv2d || l->vt == &dt__nn_conv1d ||
-           l->vt == &dt__nn_time_distributed;
+           l->vt == &dt__nn_separable_conv2d || l->vt == &dt__nn_conv2d_transpose ||
+           l->vt == &dt__nn_conv1d || l->vt == &dt__nn_time_distributed;
 }
 
 static void free_buffers(dt_model *m)
