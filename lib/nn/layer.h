@@ -122,6 +122,7 @@ struct dt__nn_layer {
     int kh, kw, sh, sw;
     int dil[2]; /* dilation_rate (Conv2D, DepthwiseConv2D); 0 before parse means 1 */
     int mult;   /* depth_multiplier (DepthwiseConv2D, SeparableConv2D) */
+    int groups; /* Conv2D's groups (0 or 1: none) */
     bool same;  /* padding "same" */
     bool use_bias, center, scale_on, keepdims;
     float rate; /* Dropout */

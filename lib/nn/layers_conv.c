@@ -97,9 +97,11 @@ static dt_status conv_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
     l->kh = k[0], l->kw = k[1], l->sh = s[0], l->sw = s[1];
     DT_TRY(dt__nn_cfg_dilation(l, cfg, err));
     DT_TRY(dt__nn_cfg_int(l, cfg, "groups", 1, &groups, err));
-    if (groups != 1)
-        return dt__nn_layer_err(l, DT_ENOTSUP, err, "option 'groups': %d is not supported (only 1)",
-                                groups);
+    if (groups < 1 || groups > l->units || l->units % groups != 0)
+        return dt__nn_layer_err(l, DT_EINVAL, err,
+                                "option 'groups': %d must be >= 1 and divide filters %d", groups,
+                                l->units);
+    l->groups = groups;
     DT_TRY(dt__nn_cfg_padding(l, cfg, &l->same, err));
     DT_TRY(common_spatial_opts(l, cfg, err));
     DT_TRY(dt__nn_cfg_activation(l, cfg, "activation", &l->act, err));
@@ -124,10 +126,15 @@ static bool conv_is_1x1(const dt__nn_layer *l)
 static dt_status conv_build(dt__nn_layer *l, dt_err *err)
 {
     DT_TRY(dt__nn_window_build(l, err));
-    const dt_nn_win *g = &l->win;
+    dt_nn_win *g = &l->win;
+    int G = l->groups > 1 ? l->groups : 1;
+    if (g->c % G != 0)
+        return dt__nn_layer_err(l, DT_EINVAL, err,
+                                "option 'groups': %d does not divide the input's %d channels", G,
+                                g->c);
     l->out = (dt_nn_shape){3, {g->oh, g->ow, l->units}};
     dt__nn_weight *k = dt__nn_add_weight(
-        l, "kernel", (dt_nn_shape){4, {l->kh, l->kw, g->c, l->units}}, true, l->kinit);
+        l, "kernel", (dt_nn_shape){4, {l->kh, l->kw, g->c / G, l->units}}, true, l->kinit);
     k->l1 = l->kl1;
     k->l2 = l->kl2;
     if (l->use_bias) {
@@ -136,7 +143,12 @@ static dt_status conv_build(dt__nn_layer *l, dt_err *err)
         b->l1 = l->bl1;
         b->l2 = l->bl2;
     }
-    if (!conv_is_1x1(l)) {
+    if (G > 1) {
+        /* Per group: its input channels gathered (n, h, w, C/G), then their im2col rows; the
+         * window geometry is that of one group. */
+        g->c /= G;
+        l->col_floats = (size_t)g->oh * g->ow * g->kh * g->kw * g->c + (size_t)g->h * g->w * g->c;
+    } else if (!conv_is_1x1(l)) {
         l->win.ones = l->use_bias; /* the bias rides in the forward GEMM as a kernel row */
         l->col_floats = (size_t)g->oh * g->ow * (g->kh * g->kw * g->c + (l->win.ones ? 1 : 0));
         if (l->col_floats * sizeof(float) <= KEEP_COL_BYTES)
@@ -231,8 +243,82 @@ static void conv_forward_chunk(dt__nn_layer *l, dt__nn_ctx *c, const conv_geo *g
     }
 }
 
+/* ---- grouped Conv2D: group j maps input channels [j C/G, (j + 1) C/G) to filters
+ * [j F/G, (j + 1) F/G) through kernel[:, :, :, j F/G ...], as Keras and torch split them. Each
+ * group's channels are gathered into the scratch (after its im2col rows), lowered and multiplied
+ * into its strided columns of the output. */
+
+typedef struct group_geo {
+    int G, cg, fg, K, rows; /* groups, channels and filters per group, kernel rows, col rows */
+    size_t px;              /* input pixels */
+    float *col, *xg;        /* the group's im2col rows and its gathered channels */
+} group_geo;
+
+static group_geo ggeo(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    group_geo q = {.G = l->groups, .cg = l->win.c, .fg = l->units / l->groups};
+    q.K = l->kh * l->kw * q.cg;
+    q.rows = c->n * l->win.oh * l->win.ow;
+    q.px = (size_t)c->n * l->win.h * l->win.w;
+    q.col = c->col;
+    q.xg = c->col + (size_t)q.rows * q.K;
+    return q;
+}
+
+static void group_col(dt__nn_layer *l, dt__nn_ctx *c, const group_geo *q, int j)
+{
+    c->ops->copy2d(q->px, q->cg, dt__nn_x(c, l, 0) + (size_t)j * q->cg, q->cg * q->G, q->xg, q->cg,
+                   false);
+    l->win.n = c->n;
+    c->ops->im2col(&l->win, q->xg, q->col);
+}
+
+static void grouped_forward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    group_geo q = ggeo(l, c);
+    float *pre = dt__nn_pre(l);
+    for (int j = 0; j < q.G; j++) {
+        group_col(l, c, &q, j);
+        dt_nn_gemm(c->ops, false, false, q.rows, q.fg, q.K, 1.0f, q.col, q.K,
+                   l->w[0].data + (size_t)j * q.fg, l->units, 0.0f, pre + (size_t)j * q.fg,
+                   l->units);
+    }
+    if (l->use_bias)
+        c->ops->bias_add(pre, l->w[1].data, (size_t)q.rows, l->units);
+    dt__nn_act_out(l, c, (size_t)q.rows, l->units);
+}
+
+static void grouped_backward(dt__nn_layer *l, dt__nn_ctx *c)
+{
+    group_geo q = ggeo(l, c);
+    dt__nn_act_grad(l, c, (size_t)q.rows, l->units);
+    if (l->use_bias && l->w[1].grad)
+        c->ops->bias_grad(l->dy, (size_t)q.rows, l->units, l->w[1].grad, false);
+    bool acc = false;
+    float *dx = dt__nn_need_dx(c, l, 0) ? dt__nn_dx(c, l, 0, &acc) : NULL;
+    for (int j = 0; j < q.G; j++) {
+        const float *dz = l->dy + (size_t)j * q.fg;
+        group_col(l, c, &q, j);
+        if (l->w[0].grad) /* dkernel_j (K, F/G) = col_j^T dz_j */
+            dt_nn_gemm(c->ops, true, false, q.K, q.fg, q.rows, 1.0f, q.col, q.K, dz, l->units, 0.0f,
+                       l->w[0].grad + (size_t)j * q.fg, l->units);
+        if (!dx)
+            continue;
+        /* dcol_j (rows, K) = dz_j kernel_j^T, scattered to the group's channels, then moved
+         * into dx's */
+        dt_nn_gemm(c->ops, false, true, q.rows, q.K, q.fg, 1.0f, dz, l->units,
+                   l->w[0].data + (size_t)j * q.fg, l->units, 0.0f, q.col, q.K);
+        c->ops->col2im(&l->win, q.col, q.xg, false);
+        c->ops->copy2d(q.px, q.cg, q.xg, q.cg, dx + (size_t)j * q.cg, q.cg * q.G, acc);
+    }
+}
+
 static void conv_forward(dt__nn_layer *l, dt__nn_ctx *c)
 {
+    if (l->groups > 1) {
+        grouped_forward(l, c);
+        return;
+    }
     l->win.n = c->n;
     conv_geo g = geo(l, c);
     for (int s0 = 0; s0 < c->n; s0 += g.chunk)
@@ -282,6 +368,10 @@ static void conv_backward_chunk(dt__nn_layer *l, dt__nn_ctx *c, const conv_geo *
 
 static void conv_backward(dt__nn_layer *l, dt__nn_ctx *c)
 {
+    if (l->groups > 1) {
+        grouped_backward(l, c);
+        return;
+    }
     l->win.n = c->n;
     conv_geo g = geo(l, c);
     bool acc = false;

@@ -179,7 +179,7 @@ static void fuse_relu_pool(dt__nn_graph *g)
             dt__nn_layer *q = &g->layers[j];
             if (q->n_in == 1 && q->in[0] == i && q->vt == &dt__nn_maxpool2d) {
                 p->act_to_consumer = q->relu_in = true;
-                if (p->vt == &dt__nn_conv2d) {
+                if (p->vt == &dt__nn_conv2d && p->groups <= 1) { /* grouped: the pool runs it */
                     p->pool_consumer = j;
                     q->pooled_by_producer = true;
                 }

@@ -350,3 +350,65 @@ DT_TEST_TIMEOUT(nn_deconv_torch_parity, 120)
     };
     torch_parity(cases, sizeof cases / sizeof cases[0], "Conv2DTranspose");
 }
+
+/* ---- Conv2D groups -------------------------------------------------------------------------- */
+
+DT_TEST(nn_groups_shapes_and_param_counts)
+{
+    /* Keras: kernel (kh, kw, in / groups, filters), kh*kw*(in/groups)*filters + filters */
+    expect_layer1(nn_seq("7, 6, 6", GC(", \"groups\": 2"), NULL), "Conv2D", 3 * 3 * 3 * 4 + 4, 5, 4,
+                  4);
+    expect_layer1(
+        nn_seq("7, 6, 6", GC(", \"groups\": 2, \"strides\": 2, \"padding\": \"same\""), NULL),
+        "Conv2D", 3 * 3 * 3 * 4 + 4, 4, 3, 4);
+    dt_err err = {0};
+    dt_status st;
+    dt_model *m = load(nn_seq("7, 6, 8", GC(", \"groups\": 4"), NULL), &err, &st);
+    ASSERT_OK(st, &err);
+    const dt_model_weight *k = dt_model_find_weight(m, "g/kernel");
+    ASSERT_TRUE(k != NULL);
+    ASSERT_EQ(k->shape[2], 2);
+    ASSERT_EQ(k->shape[3], 4);
+    dt_model_free(m);
+    refused(nn_seq("7, 6, 6", GC(", \"groups\": 3"), NULL), "(Conv2D 'g')", "'groups'");
+    refused(nn_seq("7, 6, 5", GC(", \"groups\": 2"), NULL), "(Conv2D 'g')", "'groups'");
+    refused(nn_seq("7, 6, 6", GC(", \"groups\": 0"), NULL), "(Conv2D 'g')", "'groups'");
+}
+
+DT_TEST(nn_groups_grad)
+{
+    const char *gs[] = {
+        GC(", \"groups\": 2"),
+        GC(", \"groups\": 4, \"padding\": \"same\", \"strides\": 2, \"activation\": \"tanh\""),
+        GC(", \"groups\": 2, \"dilation_rate\": 2, \"padding\": \"same\", \"use_bias\": false"),
+        "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 4, \"kernel_size\": 1, "
+        "\"groups\": 4, \"activation\": \"sigmoid\"}}",
+    };
+    for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+        check(nn_seq("6, 5, 2",
+                     "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 4, \"kernel_size\": "
+                     "3, \"padding\": \"same\", \"activation\": \"tanh\"}}",
+                     gs[i], FLATTEN, DENSE3, NULL));
+    /* a grouped conv with relu in front of a max pool (the pool applies the relu); a finer
+     * step: one of 1e-2 crosses the relu's kink or changes a window's winner */
+    ASSERT_GT(
+        nn_gradcheck(nn_seq("6, 6, 4",
+                            GC(", \"groups\": 2, \"padding\": \"same\", \"activation\": \"relu\""),
+                            "{\"class_name\": \"MaxPooling2D\", \"config\": {}}", FLATTEN, DENSE3,
+                            NULL),
+                     sce_logits, 3, 1e-3, 3e-4, 4e-3),
+        0);
+}
+
+DT_TEST_TIMEOUT(nn_groups_torch_parity, 120)
+{
+    const model_case cases[] = {
+        {false, 2, 7, 6, 4, 6, 3, 3, 1, 1, false, -1, -1, 2},
+        {false, 2, 7, 6, 4, 6, 3, 3, 1, 1, true, -1, -1, 2},
+        {false, 2, 7, 6, 6, 6, 3, 3, 2, 2, true, -1, -1, 3},
+        {false, 2, 8, 5, 8, 4, 2, 3, 2, 1, true, -1, -1, 4},
+        {false, 2, 6, 6, 4, 8, 1, 1, 1, 1, false, -1, -1, 4},
+        {false, 2, 9, 7, 6, 6, 3, 3, 3, 3, false, -1, -1, 6},
+    };
+    torch_parity(cases, sizeof cases / sizeof cases[0], "grouped Conv2D");
+}
