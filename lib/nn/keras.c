@@ -344,6 +344,9 @@ static dt_status topo_sort(dt__nn_graph *g, int input, int *output, dt_err *err)
             sorted[i].in[j] = pos[sorted[i].in[j]];
     }
     /* Layers that feed nothing on the way to the output are dropped, as Keras would. */
+    for (int j = 0; j < n; j++)
+        if (pos[j] < 0)
+            free(g->layers[j].cfg_floats);
     free(g->layers);
     g->layers = sorted;
     sorted = NULL;
@@ -374,6 +377,7 @@ static dt_status parse_layers(dt__nn_graph *g, const cJSON *list, dt_err *err)
     {
         char path[64];
         snprintf(path, sizeof path, "$.config.layers[%d]", i);
+        g->n = i + 1; /* what a failed parse allocated is freed with the model */
         DT_TRY(parse_layer(e, path, i, &g->layers[i], err));
         for (int j = 0; j < i; j++)
             if (!strcmp(g->layers[j].name, g->layers[i].name))

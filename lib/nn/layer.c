@@ -58,6 +58,8 @@ static const dt__nn_layer_vt *const classes[] = {
     &dt__nn_time_distributed,
     &dt__nn_spatial_dropout1d,
     &dt__nn_mha,
+    &dt__nn_normalization,
+    &dt__nn_category_encoding,
     &dt__nn_simple_rnn,
     &dt__nn_lstm,
     &dt__nn_gru,

@@ -176,6 +176,10 @@ struct dt__nn_layer {
      * variable paths of Keras 3. */
     char inner[36];
 
+    /* Config values a class keeps (Normalization's mean and variance), freed with the model. */
+    float *cfg_floats;
+    size_t n_cfg_floats;
+
     int n_w;
     dt__nn_weight w[DT_NN_MAX_W];
 
@@ -310,11 +314,20 @@ typedef struct dt__nn_graph {
 /* A built model's layers (the unit tests give a recurrent layer's input a mask by hand). */
 dt__nn_graph *dt__nn_model_graph(dt_model *m);
 
+/* Keras's adapt() for Normalization layers without a config mean and variance
+ * (layers_preproc.c): count them, then feed the model's inputs and finish, which writes their
+ * mean, variance and count weights. */
+int dt__nn_adapt_count(dt__nn_graph *g);
+dt_status dt__nn_adapt_new(dt__nn_graph *g, dt_model_adapt **out, dt_err *err);
+void dt__nn_adapt_rows(dt_model_adapt *a, const float *x, size_t n);
+void dt__nn_adapt_finish(dt_model_adapt *a, const dt_nn_ops *ops);
+void dt__nn_adapt_free(dt_model_adapt *a);
+
 /* Parses a model.to_json() document into g (layers parsed, not built: shapes are set later). */
 dt_status dt__nn_keras_parse(const cJSON *root, dt__nn_graph *g, dt_err *err);
 
 /* Per-class vtables. */
-extern const dt__nn_layer_vt dt__nn_mha;
+extern const dt__nn_layer_vt dt__nn_mha, dt__nn_normalization, dt__nn_category_encoding;
 extern const dt__nn_layer_vt dt__nn_input_layer, dt__nn_dense, dt__nn_flatten, dt__nn_reshape,
     dt__nn_dropout, dt__nn_activation, dt__nn_relu, dt__nn_leaky_relu, dt__nn_softmax,
     dt__nn_rescaling, dt__nn_conv2d, dt__nn_maxpool2d, dt__nn_avgpool2d, dt__nn_gap2d, dt__nn_gmp2d,

@@ -368,8 +368,29 @@ void dt_model_free(dt_model *m)
     dt_nn_free(m->ops, m->grads);
     dt_nn_free(m->ops, m->state);
     free(m->weights);
+    for (int i = 0; m->g.layers && i < m->g.n; i++)
+        free(m->g.layers[i].cfg_floats);
     free(m->g.layers);
     free(m);
+}
+
+dt_status dt_model_adapt_begin(dt_model *m, dt_model_adapt **out, dt_err *err)
+{
+    *out = NULL;
+    if (dt__nn_adapt_count(&m->g) == 0)
+        return DT_OK;
+    return dt__nn_adapt_new(&m->g, out, err);
+}
+
+void dt_model_adapt_rows(dt_model_adapt *a, const float *x, size_t n)
+{
+    dt__nn_adapt_rows(a, x, n);
+}
+
+void dt_model_adapt_end(dt_model *m, dt_model_adapt *a)
+{
+    if (a)
+        dt__nn_adapt_finish(a, m->ops);
 }
 
 dt__nn_graph *dt__nn_model_graph(dt_model *m)

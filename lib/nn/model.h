@@ -191,6 +191,16 @@ void dt_model_set_grad_ready(dt_model *m, dt_model_grad_ready_fn fn, void *ctx);
  * so a watchdog on another thread can tell a long step from a stuck one layer by layer. */
 void dt_model_set_beat(dt_model *m, _Atomic int64_t *beat);
 
+/* Keras's adapt() for the Normalization layers that have no mean and variance in their config
+ * (a model built from such a JSON starts with mean 0 and variance 1): begin (*out NULL when no
+ * layer needs it; DT_ENOTSUP naming a layer that does not read the model's input), feed the
+ * training inputs in chunks of n rows of dt_model_input_size floats (host), then end, which
+ * writes their mean, population variance and count weights and frees a. */
+typedef struct dt_model_adapt dt_model_adapt;
+dt_status dt_model_adapt_begin(dt_model *m, dt_model_adapt **out, dt_err *err);
+void dt_model_adapt_rows(dt_model_adapt *a, const float *x, size_t n);
+void dt_model_adapt_end(dt_model *m, dt_model_adapt *a);
+
 /* Inference forward; writes (n, output size) floats to out (host). */
 dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_err *err);
 

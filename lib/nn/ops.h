@@ -255,6 +255,13 @@ typedef struct dt_nn_rnn_step {
     const float *dq; /* GRU !reset_after phase 0 */
 } dt_nn_rnn_step;
 
+/* CategoryEncoding's output modes. */
+typedef enum dt_nn_cat_mode {
+    DT_NN_CAT_ONE_HOT,
+    DT_NN_CAT_MULTI_HOT,
+    DT_NN_CAT_COUNT
+} dt_nn_cat_mode;
+
 typedef struct dt_nn_ops {
     const char *name;
     /* Device memory; alloc returns zeroed memory or NULL. */
@@ -410,6 +417,19 @@ typedef struct dt_nn_ops {
     /* One timestep of a recurrent cell, forward and backward: see dt_nn_rnn_step. */
     void (*rnn_fwd)(const dt_nn_rnn_step *s);
     void (*rnn_bwd)(const dt_nn_rnn_step *s);
+    /* Normalization over rows (rows, cols), a mean and variance per column:
+     * y = (x - mean) / max(sqrt(var), 1e-7), or with invert y = mean + x max(sqrt(var), 1e-7),
+     * as Keras computes it. norm_bwd: dx (=/+=) dy / max(...) (invert: dy max(...)). */
+    void (*norm_fwd)(const float *x, float *y, const float *mean, const float *var, size_t rows,
+                     int cols, bool invert);
+    void (*norm_bwd)(const float *dy, const float *var, float *dx, size_t rows, int cols,
+                     bool invert, bool acc);
+    /* CategoryEncoding: ids (n, t) as exact floats -> y (n, tokens): one_hot (t = 1) and
+     * multi_hot write 1 where an id occurs, count the number of times. An id outside
+     * [0, tokens) counts nothing and is reported in bad (device, 3 floats, written every call:
+     * the count, the first such id and its index), as embed_fwd does. */
+    void (*cat_encode)(const float *ids, int n, int t, int tokens, dt_nn_cat_mode mode, float *y,
+                       float *bad);
 } dt_nn_ops;
 
 /* The CPU backend (OpenBLAS GEMM); never NULL. */

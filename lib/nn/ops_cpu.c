@@ -451,6 +451,9 @@ static const dt_nn_ops cpu_ops = {
     .ln_fwd = dt__nn_cpu_ln_fwd,
     .ln_bwd = dt__nn_cpu_ln_bwd,
     .attn_mask = dt__nn_cpu_attn_mask,
+    .norm_fwd = dt__nn_cpu_norm_fwd,
+    .norm_bwd = dt__nn_cpu_norm_bwd,
+    .cat_encode = dt__nn_cpu_cat_encode,
     .rnn_fwd = dt__nn_cpu_rnn_fwd,
     .rnn_bwd = dt__nn_cpu_rnn_bwd,
 };

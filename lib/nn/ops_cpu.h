@@ -54,4 +54,11 @@ void dt__nn_cpu_attn_mask(float *s, const float *qm, const float *vm, const floa
 void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s);
 void dt__nn_cpu_rnn_bwd(const dt_nn_rnn_step *s);
 
+void dt__nn_cpu_norm_fwd(const float *x, float *y, const float *mean, const float *var, size_t rows,
+                         int cols, bool invert);
+void dt__nn_cpu_norm_bwd(const float *dy, const float *var, float *dx, size_t rows, int cols,
+                         bool invert, bool acc);
+void dt__nn_cpu_cat_encode(const float *ids, int n, int t, int tokens, dt_nn_cat_mode mode,
+                           float *y, float *bad);
+
 #endif

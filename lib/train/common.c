@@ -252,6 +252,10 @@ dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err 
                           "which this dtrain is not; use \"AUTO\" or \"RING\"");
     uint64_t held = 0;
     DT_TRY(dt__train_build(spec, NULL, 0, &m, &loss, &cfg, err));
+    /* A Normalization the job cannot adapt is refused now, not when the job starts. */
+    dt_model_adapt *adapt = NULL;
+    DT_TRY_GOTO(dt_model_adapt_begin(m, &adapt, err), st, fail);
+    dt_model_adapt_end(m, adapt);
     DT_TRY_GOTO(dt__train_data_spec(spec, &ds, err), st, fail);
     DT_TRY_GOTO(
         dt__train_callbacks_check(spec, ds.has_validation || spec->validation_split > 0, &cfg, err),

@@ -507,6 +507,48 @@ static int64_t meta_i64(const dt_st_file *f, const char *key)
 }
 
 /* Chief: the latest checkpoint (resume), else initial_weights, else the seeded weights. */
+/* Keras's adapt() for the model's Normalization layers without a mean and variance: over the
+ * training examples the chief holds (every one, except under FILE sharding: its files), before
+ * the first step; sync_start then gives every replica the chief's weights. A resumed job takes
+ * them from its checkpoint instead. */
+static dt_status adapt(dt_trainer *t, dt_err *err)
+{
+    dt_model_adapt *a = NULL;
+    DT_TRY(dt_model_adapt_begin(t->m, &a, err));
+    if (!a)
+        return DT_OK;
+    const dt_dataset *ds = t->train;
+    size_t per = ds->x_size, chunk = 256, held = 0, k = 0;
+    float *buf = malloc(chunk * per * sizeof *buf);
+    if (!buf) {
+        dt_model_adapt_end(t->m, a);
+        return dt_err_set(err, DT_ENOMEM, "out of memory adapting Normalization");
+    }
+    for (size_t i = 0; i < ds->n; i++) {
+        size_t row = ds->x_row ? ds->x_row[i] : i;
+        if (row == SIZE_MAX)
+            continue;
+        float *dst = buf + k * per;
+        if (ds->x_f32) {
+            memcpy(dst, ds->x_f32 + row * per, per * sizeof *dst);
+        } else {
+            for (size_t j = 0; j < per; j++)
+                dst[j] = ds->x_u8[row * per + j] * ds->x_scale;
+        }
+        held++;
+        if (++k == chunk) {
+            dt_model_adapt_rows(a, buf, k);
+            k = 0;
+        }
+    }
+    if (k)
+        dt_model_adapt_rows(a, buf, k);
+    free(buf);
+    dt_model_adapt_end(t->m, a);
+    DT_INFO("train", "Normalization adapted over %zu training examples", held);
+    return DT_OK;
+}
+
 static dt_status load_start(dt_trainer *t, position *pos, dt_err *err)
 {
     memset(pos, 0, sizeof *pos);
@@ -555,6 +597,7 @@ static dt_status load_start(dt_trainer *t, position *pos, dt_err *err)
         free(path);
         return st;
     }
+    DT_TRY(adapt(t, err));
     if (t->spec->initial_weights) {
         dt_status st = dt_train_load_weights(t->m, NULL, t->spec->initial_weights, err);
         if (st != DT_OK) {
