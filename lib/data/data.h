@@ -34,7 +34,9 @@
  * at the target size [h, w, c] (a 224x224 RGB image is 147 KB), the total checked against
  * DT_MAX_IMAGE_DATASET before anything is allocated. Keras's tf.image.resize gives float32; we
  * round its result to uint8, so values differ from Keras's by at most 0.5 (nearest: equal). A
- * JPEG or PNG TFRecord feature is decoded into the float32 rows like any other feature. Decoding
+ * JPEG or PNG TFRecord feature is decoded into the float32 rows like any other feature, on the
+ * same number of threads, a chunk of records at a time (every worker reads every TFRecord file:
+ * a FILE shard's record counts need the other files read). Decoding
  * lazily in the pipeline, for data sets past memory, is for later.
  *
  * The last-batch rule (why no replica can hang the cluster): every replica computes the same

@@ -12,6 +12,8 @@
 #include "example.pb-c.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,7 +226,26 @@ typedef struct load_state {
     bool *img_fixed;   /* (nfeatures) an image feature whose shape came from the first record:
                           every image must have it (nothing to resize to was declared) */
     bool image_failed; /* the last error was an image that did not decode (on_error applies) */
+    /* Images decoded ahead on a pool of threads (pre.c): slot (record j of the chunk, feature
+     * fi) holds the values decode_image_feature would compute, or its error. */
+    struct predecode *pre;
+    size_t pre_j; /* the chunk's record being loaded */
 } load_state;
+
+/* A chunk of records whose resized image features are decoded in parallel before the records
+ * are loaded in order (what a record does with its images - rows, errors, skips - does not
+ * change; only where the decoding runs). */
+typedef struct predecode {
+    size_t cap, n;            /* records the chunk holds, has */
+    size_t nf;                /* features */
+    Tensorflow__Example **ex; /* (cap) unpacked records, in order */
+    size_t *fidx;             /* (cap) their files */
+    char (*where)[1200];      /* (cap) "file: record R at byte B" */
+    float **buf;              /* (cap * nf) decoded values of eligible features, else NULL */
+    int *state;               /* (cap * nf) 0 not decoded ahead, 1 decoded, 2 failed (err) */
+    dt_err *err;              /* (cap * nf) */
+    int threads;
+} predecode;
 
 /* JPEG / PNG bytes into dst (h * w * c floats of the feature's shape [h, w, c] or [h, w]):
  * decoded, resized to the shape unless it came from the first record, times scale. */
@@ -247,6 +268,16 @@ static dt_status decode_image_feature(load_state *ls, size_t fi, const ProtobufC
         return dt_err_set(err, DT_EINVAL, "%s: %d channels: an image has 1, 3 or 4", what,
                           o.channels);
     ls->image_failed = true;
+    size_t slot = ls->pre ? ls->pre_j * ls->pre->nf + fi : 0;
+    if (ls->pre && ls->pre->state[slot] == 2) {
+        *err = ls->pre->err[slot];
+        return err->code ? err->code : DT_EINVAL;
+    }
+    if (ls->pre && ls->pre->state[slot] == 1) {
+        memcpy(dst, ls->pre->buf[slot], ls->per_record[fi] * sizeof(float));
+        ls->image_failed = false;
+        return DT_OK;
+    }
     if (!ls->img_fixed[fi]) {
         DT_TRY(dt_image_load_f32(b->data, b->len, &o, f->scale, what, dst, err));
         ls->image_failed = false;
@@ -419,6 +450,178 @@ static size_t infer_shapes(load_state *ls, const Tensorflow__Example *ex)
     return row;
 }
 
+/* Whether feature fi of ex is an image decode_image_feature would decode and resize (a
+ * declared shape [h, w] or [h, w, c]); its bytes in *b. */
+static bool pre_eligible(const load_state *ls, size_t fi, const Tensorflow__Example *ex,
+                         const ProtobufCBinaryData **b)
+{
+    const dt_data_feature *f = &ls->feat[fi];
+    const dt_data_source *src = ls->src;
+    if (f->dtype != DT_DATA_DTYPE_UINT8 || (f->rank != 2 && f->rank != 3) || ls->img_fixed[fi] ||
+        (src->label[0] && strcmp(src->label, f->name) == 0))
+        return false;
+    int c = f->rank == 3 ? (int)f->shape[2] : 1;
+    if (c != 1 && c != 3 && c != 4)
+        return false;
+    const Tensorflow__Feature *fe = find_feature(ex, f->name);
+    if (!fe || fe->kind_case != TENSORFLOW__FEATURE__KIND_BYTES_LIST || !fe->bytes_list ||
+        fe->bytes_list->n_value != 1 ||
+        !dt_image_kind(fe->bytes_list->value[0].data, fe->bytes_list->value[0].len))
+        return false;
+    *b = &fe->bytes_list->value[0];
+    return true;
+}
+
+typedef struct pre_pool {
+    load_state *ls;
+    atomic_size_t next;
+} pre_pool;
+
+static void *pre_run(void *arg)
+{
+    pre_pool *pp = arg;
+    load_state *ls = pp->ls;
+    predecode *pd = ls->pre;
+    for (;;) {
+        size_t slot = atomic_fetch_add(&pp->next, 1);
+        if (slot >= pd->n * pd->nf)
+            break;
+        size_t j = slot / pd->nf, fi = slot % pd->nf;
+        const ProtobufCBinaryData *b;
+        pd->state[slot] = 0;
+        if (!pre_eligible(ls, fi, pd->ex[j], &b))
+            continue;
+        const dt_data_feature *f = &ls->feat[fi];
+        if (!pd->buf[slot] && !(pd->buf[slot] = malloc(ls->per_record[fi] * sizeof(float))))
+            continue; /* decoded in order instead */
+        char what[1400];
+        snprintf(what, sizeof what, "%s: feature \"%s\"", pd->where[j], f->name);
+        dt_image_opts o = ls->src->image;
+        o.height = (int)f->shape[0];
+        o.width = (int)f->shape[1];
+        o.channels = f->rank == 3 ? (int)f->shape[2] : 1;
+        dt_err e = {0};
+        dt_status st = dt_image_load_f32(b->data, b->len, &o, f->scale, what, pd->buf[slot], &e);
+        if (st == DT_OK) {
+            pd->state[slot] = 1;
+        } else {
+            pd->err[slot] = e;
+            pd->err[slot].code = st;
+            pd->state[slot] = 2;
+        }
+    }
+    return NULL;
+}
+
+/* Decodes the chunk's eligible images on pd->threads threads (the caller one of them). */
+static void pre_decode(load_state *ls)
+{
+    predecode *pd = ls->pre;
+    pre_pool pp = {.ls = ls};
+    atomic_init(&pp.next, 0);
+    int nt = pd->threads;
+    pthread_t tids[DT_MAX_DATA_THREADS];
+    int started = 1;
+    for (int t = 1; t < nt && pthread_create(&tids[t], NULL, pre_run, &pp) == 0; t++)
+        started = t + 1;
+    pre_run(&pp);
+    for (int t = 1; t < started; t++)
+        pthread_join(tids[t], NULL);
+}
+
+static void pre_free(predecode *pd)
+{
+    if (!pd)
+        return;
+    for (size_t j = 0; j < pd->n; j++)
+        tensorflow__example__free_unpacked(pd->ex[j], NULL);
+    for (size_t i = 0; pd->buf && i < pd->cap * pd->nf; i++)
+        free(pd->buf[i]);
+    free(pd->ex);
+    free(pd->fidx);
+    free(pd->where);
+    free(pd->buf);
+    free(pd->state);
+    free(pd->err);
+    free(pd);
+}
+
+/* A chunk for records of nf features: 16 records a thread, at most 256. NULL: out of memory
+ * (the records are then loaded one by one, as with one thread). */
+static predecode *pre_new(const dt_data_source *src, size_t nf)
+{
+    long t = src->image.threads > 0 ? src->image.threads : sysconf(_SC_NPROCESSORS_ONLN);
+    t = t < 1 ? 1 : t > DT_MAX_DATA_THREADS ? DT_MAX_DATA_THREADS : t;
+    predecode *pd = calloc(1, sizeof *pd);
+    if (!pd)
+        return NULL;
+    pd->threads = (int)t;
+    pd->cap = (size_t)(16 * t < 256 ? 16 * t : 256);
+    pd->nf = nf ? nf : 1;
+    pd->ex = calloc(pd->cap, sizeof *pd->ex);
+    pd->fidx = calloc(pd->cap, sizeof *pd->fidx);
+    pd->where = calloc(pd->cap, sizeof *pd->where);
+    pd->buf = calloc(pd->cap * pd->nf, sizeof *pd->buf);
+    pd->state = calloc(pd->cap * pd->nf, sizeof *pd->state);
+    pd->err = calloc(pd->cap * pd->nf, sizeof *pd->err);
+    if (!pd->ex || !pd->fidx || !pd->where || !pd->buf || !pd->state || !pd->err) {
+        pre_free(pd);
+        return NULL;
+    }
+    return pd;
+}
+
+/* Where loaded records are counted. */
+typedef struct rec_sink {
+    size_t *n;       /* records kept */
+    size_t *counts;  /* (nfiles) records kept per file */
+    size_t *skipped; /* records left out by on_error "skip" */
+    dt_err *first_skip;
+} rec_sink;
+
+/* Loads one record (row is scratch) and appends it, or leaves it out when an image in it did not
+ * decode and on_error is "skip". */
+static dt_status load_one(load_state *ls, const Tensorflow__Example *ex, const char *where,
+                          size_t fidx, float *row, size_t row_size, rec_sink *k, dt_err *err)
+{
+    size_t nyi = ls->nyi, ny = ls->y.len;
+    ls->image_failed = false;
+    dt_status st = load_record(ls, ex, where, row, row_size, err);
+    if (st != DT_OK && ls->image_failed && ls->src->image.on_error == DT_ON_ERROR_SKIP) {
+        if ((*k->skipped)++ == 0)
+            *k->first_skip = *err;
+        ls->nyi = nyi; /* the record's label, if it came first, goes too */
+        ls->y.len = ny;
+        return DT_OK;
+    }
+    if (st != DT_OK)
+        return st;
+    DT_TRY(dt__fvec_push(&ls->x, row, row_size, where, err));
+    (*k->n)++;
+    k->counts[fidx]++;
+    return DT_OK;
+}
+
+/* Decodes the chunk's images in parallel, then loads its records in order; empties it. */
+static dt_status pre_flush(load_state *ls, predecode *pd, float *row, size_t row_size, rec_sink *k,
+                           dt_err *err)
+{
+    ls->pre = pd;
+    pre_decode(ls);
+    dt_status st = DT_OK;
+    for (size_t j = 0; j < pd->n && st == DT_OK; j++) {
+        ls->pre_j = j;
+        st = load_one(ls, pd->ex[j], pd->where[j], pd->fidx[j], row, row_size, k, err);
+    }
+    ls->pre = NULL;
+    for (size_t j = 0; j < pd->n; j++) {
+        tensorflow__example__free_unpacked(pd->ex[j], NULL);
+        pd->ex[j] = NULL;
+    }
+    pd->n = 0;
+    return st;
+}
+
 dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
 {
     dt_status st = DT_OK;
@@ -434,6 +637,7 @@ dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *
     ls.img_fixed = calloc(src->nfeatures + 1, sizeof(bool));
     size_t skipped = 0;
     dt_err first_skip = {0};
+    predecode *pd = NULL;
     *out = NULL;
     if (!counts || !ls.feat || !ls.per_record || !ls.img_fixed) {
         st = dt_err_set(err, DT_ENOMEM, "tfrecord: out of memory");
@@ -455,6 +659,13 @@ dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *
     }
     DT_TRY_GOTO(dt__dataset_new(&ds, err), st, fail);
     size_t n = 0;
+    /* Image features with a declared shape are decoded ahead, a chunk of records at a time, on
+     * "num_parallel_calls" threads; everything else about a record happens in order. */
+    bool any_image = false;
+    for (size_t fi = 0; fi < src->nfeatures; fi++)
+        any_image |= ls.feat[fi].dtype == DT_DATA_DTYPE_UINT8 &&
+                     (ls.feat[fi].rank == 2 || ls.feat[fi].rank == 3);
+    rec_sink sink = {.n = &n, .counts = counts, .skipped = &skipped, .first_skip = &first_skip};
     for (size_t fidx = 0; fidx < src->nfiles; fidx++) {
         const char *path = src->files[fidx];
         DT_TRY_GOTO(dt_tfrecord_open(path, src->gzip, &r, err), st, fail);
@@ -467,49 +678,51 @@ dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *
                 st = DT_OK;
                 break;
             }
-            if (st != DT_OK)
-                goto fail;
             char where[1200];
             snprintf(where, sizeof where, "%s: record %llu at byte %llu", path,
                      (unsigned long long)rec, (unsigned long long)off);
-            ex = tensorflow__example__unpack(NULL, len, data);
-            if (!ex) {
+            ex = st == DT_OK ? tensorflow__example__unpack(NULL, len, data) : NULL;
+            if (st == DT_OK && !ex)
                 st = dt_err_set(err, DT_EPROTO, "%s: not a valid tf.train.Example", where);
+            if (st != DT_OK) { /* the records before it come first, with their own errors */
+                dt_err keep = *err;
+                dt_status kst = st;
+                if (pd && pd->n && (st = pre_flush(&ls, pd, row, row_size, &sink, err)) != DT_OK)
+                    goto fail;
+                *err = keep;
+                st = kst;
                 goto fail;
             }
-            bool first = row == NULL;
-            if (first) { /* shapes may come from the first record: size the row after it */
+            if (row == NULL) { /* shapes may come from the first record: size the row after it */
                 row_size = infer_shapes(&ls, ex);
                 row = malloc((row_size ? row_size : 1) * sizeof(float));
                 if (!row) {
                     st = dt_err_set(err, DT_ENOMEM, "%s: out of memory", where);
                     goto fail;
                 }
-            }
-            size_t nyi = ls.nyi, ny = ls.y.len;
-            ls.image_failed = false;
-            st = load_record(&ls, ex, where, row, row_size, err);
-            if (st != DT_OK && ls.image_failed && src->image.on_error == DT_ON_ERROR_SKIP) {
-                if (skipped++ == 0)
-                    first_skip = *err;
-                ls.nyi = nyi; /* the record's label, if it came first, goes too */
-                ls.y.len = ny;
-                tensorflow__example__free_unpacked(ex, NULL);
+                if (any_image)
+                    pd = pre_new(src, src->nfeatures);
+            } else if (pd) {
+                pd->ex[pd->n] = ex;
+                pd->fidx[pd->n] = fidx;
+                memcpy(pd->where[pd->n], where, sizeof where);
+                pd->n++;
                 ex = NULL;
-                st = DT_OK;
+                if (pd->n == pd->cap)
+                    DT_TRY_GOTO(pre_flush(&ls, pd, row, row_size, &sink, err), st, fail);
                 continue;
             }
-            if (st != DT_OK)
-                goto fail;
-            DT_TRY_GOTO(dt__fvec_push(&ls.x, row, row_size, where, err), st, fail);
+            st = load_one(&ls, ex, where, fidx, row, row_size, &sink, err);
             tensorflow__example__free_unpacked(ex, NULL);
             ex = NULL;
-            n++;
-            counts[fidx]++;
+            if (st != DT_OK)
+                goto fail;
         }
         dt_tfrecord_close(r);
         r = NULL;
     }
+    if (pd && pd->n)
+        DT_TRY_GOTO(pre_flush(&ls, pd, row, row_size, &sink, err), st, fail);
     if (n == 0 && skipped) {
         st = dt_err_set(err, DT_EINVAL,
                         "tfrecord: all %zu records had images that did not "
@@ -564,6 +777,7 @@ dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *
 fail:
     if (ex)
         tensorflow__example__free_unpacked(ex, NULL);
+    pre_free(pd);
     dt_tfrecord_close(r);
     dt_dataset_free(ds);
     free(row);

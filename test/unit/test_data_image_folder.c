@@ -378,3 +378,77 @@ DT_TEST_TIMEOUT(data_image_tfrecord_encoded_features, 120)
     dt_data_source_destroy(&src);
     cJSON_Delete(obj);
 }
+
+/* JPEG/PNG features are decoded a chunk of records at a time on "num_parallel_calls" threads:
+ * the rows, the labels, the first error (fail) and the records left out (skip) are those of one
+ * thread, over two files and more records than one chunk holds (16 a thread). The rows are
+ * checked against dt_image_load_f32 by data_image_tfrecord_encoded_features. */
+DT_TEST_TIMEOUT(data_image_tfrecord_parallel_decode, 120)
+{
+    img_need_python(false);
+    char dir[1200], cmd[3000];
+    snprintf(dir, sizeof dir, "%s/ph", dt_test_tmpdir());
+    snprintf(cmd, sizeof cmd, IMG_PY " '%s' '%s' 70 30 90 4 --png 5 >/dev/null",
+             dt_test_src_path("scripts/bench/make_photos.py"), dir);
+    ASSERT_EQ(system(cmd), 0);
+    dt_err err = {0};
+    char paths[2][1400];
+    int rec = 0;
+    for (int f = 0; f < 2; f++) {
+        dt_buf b;
+        dt_buf_init(&b, 1 << 26);
+        for (int i = 0; i < (f ? 30 : 40); i++, rec++) {
+            char name[64];
+            snprintf(name, sizeof name, "class_%d/img_%05d.%s", rec % 2, rec,
+                     rec < 5 ? "png" : "jpg");
+            size_t len;
+            uint8_t *img = img_read(dir, name, &len);
+            if (rec == 23 || rec == 51) /* cut inside the image data */
+                len = len * 2 / 3;
+            uint8_t *fr = malloc(len + 4096);
+            size_t n = frame_example(img, len, rec % 3, fr);
+            ASSERT_OK(dt_buf_append(&b, fr, n, &err), &err);
+            free(fr);
+            free(img);
+        }
+        snprintf(paths[f], sizeof paths[f], "%s/part%d.tfrecord", dt_test_tmpdir(), f);
+        ASSERT_OK(dt_file_write_atomic(paths[f], b.data, b.len, &err), &err);
+        dt_buf_destroy(&b);
+    }
+    dt_dataset *ds[2] = {0};
+    for (int skip = 0; skip < 2; skip++) {
+        for (int t = 0; t < 2; t++) {
+            char spec[4000];
+            snprintf(spec, sizeof spec,
+                     "{\"format\": \"tfrecord\", \"files\": [\"%s\", \"%s\"], \"label\": "
+                     "\"image/class/label\", \"on_error\": \"%s\", \"features\": "
+                     "{\"image/encoded\": {\"dtype\": \"uint8\", \"shape\": [16, 20, 3], "
+                     "\"scale\": 0.5}, \"image/class/label\": {\"dtype\": \"int64\"}}}",
+                     paths[0], paths[1], skip ? "skip" : "fail");
+            cJSON *obj = cJSON_Parse(spec);
+            dt_data_source src;
+            ASSERT_OK(dt_data_source_parse(obj, "$.data.train", NULL, &src, &err), &err);
+            cJSON_Delete(obj);
+            src.image.threads = t ? 2 : 1; /* chunks of 32: three, one across the files */
+            if (!skip) {
+                ASSERT_STATUS(dt_dataset_load(&src, &ds[t], &err), DT_EINVAL);
+                ASSERT_CONTAINS(err.msg, "part0.tfrecord: record 23 at byte");
+                ASSERT_CONTAINS(err.msg, "corrupt JPEG");
+            } else {
+                ASSERT_OK(dt_dataset_load(&src, &ds[t], &err), &err);
+            }
+            dt_data_source_destroy(&src);
+        }
+        if (!skip)
+            continue;
+        ASSERT_EQ(ds[0]->n, 68);
+        ASSERT_EQ(ds[1]->n, 68);
+        ASSERT_EQ(ds[1]->file_start[1], 39); /* part0 lost record 23, part1 its record 11 */
+        ASSERT_EQ(memcmp(ds[0]->x_f32, ds[1]->x_f32, 68 * ds[0]->x_size * sizeof(float)), 0);
+        ASSERT_EQ(memcmp(ds[0]->y_i32, ds[1]->y_i32, 68 * sizeof(int32_t)), 0);
+        ASSERT_EQ(ds[1]->y_i32[23], 24 % 3); /* record 24 moved up to row 23 */
+        ASSERT_NE(memcmp(ds[1]->x_f32, ds[1]->x_f32 + ds[1]->x_size, ds[1]->x_size * 4), 0);
+        dt_dataset_free(ds[0]);
+        dt_dataset_free(ds[1]);
+    }
+}
