@@ -255,10 +255,12 @@ dt_status dt_idx_load(const char *images, const char *labels, float scale, int i
 
     if (labels && labels[0]) {
         DT_TRY_GOTO(dt_idx_read(labels, &yh, &yd, &yl, err), st, fail);
-        if (yh.rank != 1 || (yh.type != 0x08 && yh.type != 0x0C)) {
+        bool ids = yh.rank == 1 && (yh.type == 0x08 || yh.type == 0x0C);
+        bool targets = yh.rank >= 1 && (yh.type == 0x08 || yh.type == 0x0D) && !ids;
+        if (!ids && !targets) {
             st = dt_err_set(err, DT_EINVAL,
-                            "%s: labels must be a rank-1 IDX of uint8 or int32 (got rank %d, "
-                            "type 0x%02x)",
+                            "%s: labels must be a rank-1 IDX of uint8 or int32 (class ids), or "
+                            "float32 / uint8 targets of any shape (got rank %d, type 0x%02x)",
                             labels, yh.rank, yh.type);
             goto fail;
         }
@@ -266,6 +268,30 @@ dt_status dt_idx_load(const char *images, const char *labels, float scale, int i
             st = dt_err_set(err, DT_EINVAL, "%s has %lld labels but %s has %zu images", labels,
                             (long long)yh.dims[0], images, ds->n);
             goto fail;
+        }
+        if (targets) {
+            /* A target per example of any shape (an autoencoder's image): float32 as stored,
+             * uint8 times the images' scale, as the images are. */
+            size_t per = 1;
+            for (int d = 1; d < yh.rank; d++)
+                per *= (size_t)yh.dims[d];
+            ds->y_kind = DT_LABEL_FLOAT;
+            ds->y_size = per;
+            size_t total = ds->n * per;
+            ds->y_f32 = malloc(sizeof(float) * (total ? total : 1));
+            if (!ds->y_f32) {
+                st = dt_err_set(err, DT_ENOMEM, "%s: out of memory", labels);
+                goto fail;
+            }
+            for (size_t i = 0; i < ds->n * per; i++) {
+                if (yh.type == 0x08) {
+                    ds->y_f32[i] = yd[i] * scale;
+                } else {
+                    uint32_t u = be32(yd + 4 * i);
+                    memcpy(&ds->y_f32[i], &u, 4);
+                }
+            }
+            goto labelled;
         }
         ds->y_kind = DT_LABEL_INT32;
         ds->y_size = 1;
@@ -286,6 +312,7 @@ dt_status dt_idx_load(const char *images, const char *labels, float scale, int i
                 ds->num_classes = v + 1;
         }
     }
+labelled:
     DT_TRY_GOTO(dt__dataset_set_files(ds, (char *const *)&images, 1, NULL, err), st, fail);
     free(xd);
     free(yd);

@@ -230,6 +230,8 @@ typedef struct load_state {
      * fi) holds the values decode_image_feature would compute, or its error. */
     struct predecode *pre;
     size_t pre_j; /* the chunk's record being loaded */
+    float *lv;         /* the record's label values */
+    size_t lv_cap;
 } load_state;
 
 /* A chunk of records whose resized image features are decoded in parallel before the records
@@ -361,10 +363,16 @@ static dt_status load_record(load_state *ls, const Tensorflow__Example *ex, cons
             return dt_err_set(err, DT_EINVAL, "%s: feature \"%s\" is missing", where, f->name);
         bool is_label = src->label[0] && strcmp(src->label, f->name) == 0;
         if (is_label) {
-            float lv[64];
-            if (ls->per_record[fi] > 64)
-                return dt_err_set(err, DT_ETOOBIG, "%s: label \"%s\" has more than 64 values",
-                                  where, f->name);
+            /* a target of any shape: a class id, a vector, an autoencoder's image */
+            if (ls->per_record[fi] > ls->lv_cap) {
+                float *p = realloc(ls->lv, ls->per_record[fi] * sizeof *p);
+                if (!p)
+                    return dt_err_set(err, DT_ENOMEM, "%s: out of memory for label \"%s\"", where,
+                                      f->name);
+                ls->lv = p;
+                ls->lv_cap = ls->per_record[fi];
+            }
+            float *lv = ls->lv;
             DT_TRY(decode_feature(ls, fi, fe, where, lv, err));
             if (ls->label_int) {
                 int64_t v = fe->int64_list->value[0];
@@ -788,5 +796,6 @@ fail:
     free(ls.x.v);
     free(ls.y.v);
     free(ls.yi);
+    free(ls.lv);
     return st;
 }

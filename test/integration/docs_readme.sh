@@ -215,7 +215,7 @@ cat >"$DT_TEST_TMP/model.json" <<'EOF'
 {"class_name": "Sequential", "config": {"name": "s", "layers": [
   {"class_name": "InputLayer", "config": {"name": "in", "batch_input_shape": [null, 8, 8, 2]}},
   {"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": [3, 3],
-   "groups": 2}}]}}
+   "data_format": "channels_first"}}]}}
 EOF
 rc=0
 (cd "$DT_TEST_TMP" && "$DTRAIN" summary model.json) >"$DT_TEST_TMP/refused.out" 2>&1 || rc=$?

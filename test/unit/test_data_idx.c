@@ -121,6 +121,39 @@ DT_TEST(data_idx_small_raw_and_gz)
     }
 }
 
+/* Targets of any shape: the images as their own labels (an autoencoder: uint8, scaled as the
+ * images), and float32 targets of 2x2 a row; int32 targets of rank 2 are refused. */
+DT_TEST(data_idx_float_targets_of_any_shape)
+{
+    dt_err err = {0};
+    const char *img = tmp("ae.idx"), *lab = tmp("ae-l.idx"), *f32 = tmp("f32.idx");
+    write_small_idx(img, lab, 10);
+    dt_dataset *ds;
+    ASSERT_OK(dt_idx_load(img, img, 0.5f, 0, NULL, &ds, &err), &err);
+    ASSERT_EQ(ds->y_kind, DT_LABEL_FLOAT);
+    ASSERT_EQ(ds->y_size, 6);
+    for (int i = 0; i < 60; i++)
+        ASSERT_NEAR(ds->y_f32[i], i * 0.5f, 0);
+    dt_dataset_free(ds);
+    uint8_t buf[16 + 10 * 16] = {0, 0, 0x0D, 3, 0, 0, 0, 10, 0, 0, 0, 2, 0, 0, 0, 2};
+    for (int i = 0; i < 40; i++) {
+        float v = -1.5f + (float)i;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        for (int b = 0; b < 4; b++)
+            buf[16 + 4 * i + b] = (uint8_t)(u >> (24 - 8 * b));
+    }
+    write_file(f32, buf, 16 + 160);
+    ASSERT_OK(dt_idx_load(img, f32, 0.5f, 0, NULL, &ds, &err), &err);
+    ASSERT_EQ(ds->y_size, 4);
+    ASSERT_NEAR(ds->y_f32[39], 37.5f, 0); /* float32 targets are not scaled */
+    dt_dataset_free(ds);
+    buf[2] = 0x0C; /* int32 of rank 3: neither class ids nor targets */
+    write_file(f32, buf, 16 + 160);
+    ASSERT_TRUE(dt_idx_load(img, f32, 0.5f, 0, NULL, &ds, &err) == DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "float32 / uint8 targets of any shape");
+}
+
 /* Token ids as an IDX2 of int32 (type 0x0C): 3 sequences of 4 ids, float32 rows with the scale
  * applied; ids past 2^24 (not exact in float32) are refused naming the element. */
 DT_TEST(data_idx_int32_token_ids)

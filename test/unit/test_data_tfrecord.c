@@ -421,3 +421,31 @@ DT_TEST(data_inspect_detects_formats_and_features)
     free(tfgz);
     free(csv);
 }
+
+/* A target of any shape: an autoencoder's 100x100 image as the label (10,000 values a record),
+ * decoded and scaled like a feature, float targets of the record's size. */
+DT_TEST(data_tfrecord_image_label_of_any_size)
+{
+    uint8_t img[10000];
+    for (size_t i = 0; i < sizeof img; i++)
+        img[i] = (uint8_t)(7 + i * 13);
+    char *path = tmp("ae.tfrecord");
+    write_tfrecord(path, 0, 5, false, false, img, sizeof img, NULL);
+    dt_data_source src;
+    char *files[1] = {path};
+    spec_for(&src, files, 1, false);
+    dt_data_feature *f = (dt_data_feature *)src.features;
+    f[1].shape[0] = f[1].shape[1] = 100;
+    strcpy(src.label, "image");
+    dt_dataset *ds = NULL;
+    dt_err err = {0};
+    ASSERT_OK(dt_tfrecord_load(&src, &ds, &err), &err);
+    ASSERT_EQ(ds->n, (size_t)5);
+    ASSERT_EQ(ds->y_kind, DT_LABEL_FLOAT);
+    ASSERT_EQ(ds->y_size, (size_t)10000);
+    ASSERT_EQ(ds->x_size, (size_t)3); /* x's 2 values and the int64 label feature, now an input */
+    for (size_t i = 0; i < 10000; i += 997)
+        ASSERT_NEAR(ds->y_f32[4 * 10000 + i], img[i] / 255.0f, 1e-7);
+    dt_dataset_free(ds);
+    free(path);
+}
