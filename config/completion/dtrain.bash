@@ -35,7 +35,7 @@ _dtrain_verb_opts() {
   evaluate) echo "--data --batch $common" ;;
   predict) echo "--data --batch -o --output --format $common" ;;
   data)
-    local inspect="--json --label --replicas --policy --batch"
+    local inspect="--json --label --replicas --policy --batch --threads"
     local bench="--json --batch --epochs --prefetch --replicas --rank --shuffle --work-us"
     case ${2:-} in
     inspect) echo "$inspect" ;;
@@ -48,10 +48,12 @@ _dtrain_verb_opts() {
       --timeout --compression --bucket-mb --first-bucket-mb --devices"
     local allreduce="--sizes --iters --warmup --warmup-s --wire --streams --chunk --verify
       --no-stream --devices --timeout --json"
+    local data="--threads --batch --repeat --json"
     case ${2:-} in
     train) echo "$train" ;;
     allreduce) echo "$allreduce" ;;
-    *) echo "$train $allreduce" ;;
+    data) echo "$data" ;;
+    *) echo "$train $allreduce $data" ;;
     esac
     ;;
   esac
@@ -64,7 +66,7 @@ _dtrain_takes_value() {
     --output | --data | --batch | --format | --label | --replicas | --policy | --epochs | \
     --prefetch | --rank | --work-us | --model | --threads | --steps | --warmup | --workers | \
     --optimizer | --compression | --bucket-mb | --first-bucket-mb | --sizes | --iters | \
-    --warmup-s | --wire | --streams | --chunk | --devices)
+    --warmup-s | --wire | --streams | --chunk | --devices | --repeat)
     return 0
     ;;
   esac
@@ -166,7 +168,13 @@ _dtrain() {
   case $verb in
   help) [[ -z $sub ]] && _dtrain_words "$_dtrain_verbs" ;;
   submit | summary) [[ -z $sub ]] && _dtrain_files json ;;
-  bench) [[ -z $sub ]] && _dtrain_words "train allreduce" ;;
+  bench)
+    if [[ -z $sub ]]; then
+      _dtrain_words "train allreduce data"
+    elif [[ $sub == data ]]; then
+      _dtrain_files json
+    fi
+    ;;
   data)
     if [[ -z $sub ]]; then
       _dtrain_words "inspect bench"
