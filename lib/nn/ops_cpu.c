@@ -166,6 +166,53 @@ static void relu_bwd(const float *y, const float *dy, float *dz, size_t n, bool 
     }
 }
 
+/* The ReLU layer as MobileNet uses it (ReLU6: max_value m, no slope, threshold 0): the same
+ * values as relu_layer and relu_layer_grad, without a branch per element. */
+static bool relu_clip_only(const dt_nn_act_p *a)
+{
+    return a->alpha == 0 && a->threshold == 0 && a->max_value > 0 && isfinite(a->max_value);
+}
+
+static void relu_clip_fwd(const float *z, float *y, size_t n, float m)
+{
+    size_t i = 0;
+    dt_v4f zero = {0, 0, 0, 0}, mv = {m, m, m, m};
+    for (; i + 4 <= n; i += 4) {
+        dt_v4f v;
+        memcpy(&v, z + i, 16);
+        v = (dt_v4f)((dt_v4i)v & (v > zero)); /* x > 0 ? x : 0 (NaN: 0, as relu_layer) */
+        dt_v4i big = v > mv;
+        v = (dt_v4f)(((dt_v4i)mv & big) | ((dt_v4i)v & ~big));
+        memcpy(y + i, &v, 16);
+    }
+    for (; i < n; i++) {
+        float v = z[i] > 0 ? z[i] : 0.0f;
+        y[i] = v > m ? m : v;
+    }
+}
+
+static void relu_clip_bwd(const float *z, const float *dy, float *dz, size_t n, float m, bool acc)
+{
+    size_t i = 0;
+    dt_v4f zero = {0, 0, 0, 0}, mv = {m, m, m, m};
+    for (; i + 4 <= n; i += 4) {
+        dt_v4f zv, dv, ov;
+        memcpy(&zv, z + i, 16);
+        memcpy(&dv, dy + i, 16);
+        dt_v4i keep = (zv > zero) & (zv < mv); /* the gradient passes strictly inside (0, m) */
+        dt_v4f g = (dt_v4f)((dt_v4i)dv & keep);
+        if (acc) {
+            memcpy(&ov, dz + i, 16);
+            g += ov;
+        }
+        memcpy(dz + i, &g, 16);
+    }
+    for (; i < n; i++) {
+        float g = z[i] > 0 && z[i] < m ? dy[i] : 0.0f;
+        dz[i] = acc ? dz[i] + g : g;
+    }
+}
+
 static void cpu_act_fwd(const dt_nn_act_p *a, const float *z, float *y, size_t rows, int cols)
 {
     size_t n = rows * (size_t)cols;
@@ -209,6 +256,10 @@ static void cpu_act_fwd(const dt_nn_act_p *a, const float *z, float *y, size_t r
             y[i] = z[i] >= 0 ? z[i] : a->alpha * z[i];
         break;
     case DT_NN_ACT_RELU_CAPPED:
+        if (relu_clip_only(a)) {
+            relu_clip_fwd(z, y, n, a->max_value);
+            break;
+        }
         for (size_t i = 0; i < n; i++)
             y[i] = relu_layer(a, z[i]);
         break;
@@ -278,6 +329,10 @@ static void cpu_act_bwd(const dt_nn_act_p *a, const float *z, const float *y, co
             PUT(i, z[i] >= 0 ? dy[i] : a->alpha * dy[i]);
         break;
     case DT_NN_ACT_RELU_CAPPED:
+        if (relu_clip_only(a)) {
+            relu_clip_bwd(z, dy, dz, n, a->max_value, acc);
+            break;
+        }
         for (size_t i = 0; i < n; i++)
             PUT(i, dy[i] * relu_layer_grad(a, z[i]));
         break;
@@ -285,45 +340,105 @@ static void cpu_act_bwd(const dt_nn_act_p *a, const float *z, const float *y, co
 #undef PUT
 }
 
+/* Per-channel sums over rows of a (rows, cols) matrix, in double, row by row (a fixed order):
+ * s[j] += x[r, j] and, with y, t[j] += x[r, j] y[r, j]. The loops over j are contiguous and
+ * vectorize. */
+static void col_sums(const float *restrict x, const float *restrict y, size_t rows, int cols,
+                     double *restrict s, double *restrict t)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * (size_t)cols;
+        for (int j = 0; j < cols; j++)
+            s[j] += xr[j];
+        if (y) {
+            const float *yr = y + r * (size_t)cols;
+            for (int j = 0; j < cols; j++)
+                t[j] += (double)xr[j] * yr[j];
+        }
+    }
+}
+
+/* y[r, j] = a[j] x[r, j] + b[j] (and h[r, j] = (x[r, j] - m[j]) k[j] first when h). */
+static void col_affine(const float *restrict x, float *restrict y, float *restrict h, size_t rows,
+                       int cols, const float *restrict m, const float *restrict k,
+                       const float *restrict a, const float *restrict b)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * (size_t)cols;
+        float *yr = y + r * (size_t)cols;
+        if (h) {
+            float *hr = h + r * (size_t)cols;
+            for (int j = 0; j < cols; j++) {
+                float v = (xr[j] - m[j]) * k[j];
+                hr[j] = v;
+                yr[j] = a[j] * v + b[j];
+            }
+        } else {
+            for (int j = 0; j < cols; j++)
+                yr[j] = a[j] * ((xr[j] - m[j]) * k[j]) + b[j];
+        }
+    }
+}
+
 static void cpu_bn_fwd(bool training, const float *x, float *y, float *xhat, size_t rows, int cols,
                        const float *gamma, const float *beta, float *mmean, float *mvar,
                        float momentum, float eps, float *smean, float *svar)
 {
+    /* per channel: sums (2 cols, double), then inverse deviation, scale, shift (3 cols) */
+    double *acc = calloc(2 * (size_t)cols, sizeof(double));
+    float *f = malloc(3 * (size_t)cols * sizeof(float));
+    if (!acc || !f) /* a few KiB; treat as the broken invariant it is */
+        abort();
+    float *k = f, *ga = f + cols, *be = f + 2 * (size_t)cols;
+    for (int j = 0; j < cols; j++) {
+        ga[j] = gamma ? gamma[j] : 1.0f;
+        be[j] = beta ? beta[j] : 0.0f;
+    }
     if (!training) {
-        for (size_t r = 0; r < rows; r++)
-            for (int j = 0; j < cols; j++) {
-                size_t i = r * (size_t)cols + j;
-                float h = (x[i] - mmean[j]) / sqrtf(mvar[j] + eps);
-                y[i] = (gamma ? gamma[j] : 1.0f) * h + (beta ? beta[j] : 0.0f);
-            }
+        for (int j = 0; j < cols; j++)
+            k[j] = 1.0f / sqrtf(mvar[j] + eps);
+        col_affine(x, y, NULL, rows, cols, mmean, k, ga, be);
+        free(acc);
+        free(f);
         return;
     }
-    double *acc = calloc(2 * (size_t)cols, sizeof(double));
-    if (!acc) /* a few KiB; treat as the broken invariant it is */
-        abort();
-    for (size_t r = 0; r < rows; r++)
-        for (int j = 0; j < cols; j++)
-            acc[j] += x[r * (size_t)cols + j];
+    col_sums(x, NULL, rows, cols, acc, NULL);
     for (int j = 0; j < cols; j++)
         smean[j] = (float)(acc[j] / (double)rows);
-    for (size_t r = 0; r < rows; r++)
+    /* the variance around the mean (two passes: no cancellation) */
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * (size_t)cols;
         for (int j = 0; j < cols; j++) {
-            double d = x[r * (size_t)cols + j] - smean[j];
+            double d = xr[j] - smean[j];
             acc[cols + j] += d * d;
         }
-    for (int j = 0; j < cols; j++)
+    }
+    for (int j = 0; j < cols; j++) {
         svar[j] = (float)(acc[cols + j] / (double)rows);
+        k[j] = 1.0f / sqrtf(svar[j] + eps);
+    }
+    col_affine(x, y, xhat, rows, cols, smean, k, ga, be);
     free(acc);
-    for (size_t r = 0; r < rows; r++)
-        for (int j = 0; j < cols; j++) {
-            size_t i = r * (size_t)cols + j;
-            float h = (x[i] - smean[j]) / sqrtf(svar[j] + eps);
-            xhat[i] = h;
-            y[i] = (gamma ? gamma[j] : 1.0f) * h + (beta ? beta[j] : 0.0f);
-        }
+    free(f);
     for (int j = 0; j < cols; j++) {
         mmean[j] = mmean[j] * momentum + smean[j] * (1.0f - momentum);
         mvar[j] = mvar[j] * momentum + svar[j] * (1.0f - momentum);
+    }
+}
+
+/* dx[r, j] (=/+=) k[j] (dy[r, j] - m1[j] - xhat[r, j] m2[j]) */
+static void bn_dx(const float *restrict dy, const float *restrict xhat, float *restrict dx,
+                  size_t rows, int cols, const float *restrict k, const float *restrict m1,
+                  const float *restrict m2, bool acc)
+{
+    for (size_t r = 0; r < rows; r++) {
+        size_t o = r * (size_t)cols;
+        if (acc)
+            for (int j = 0; j < cols; j++)
+                dx[o + j] += k[j] * (dy[o + j] - m1[j] - xhat[o + j] * m2[j]);
+        else
+            for (int j = 0; j < cols; j++)
+                dx[o + j] = k[j] * (dy[o + j] - m1[j] - xhat[o + j] * m2[j]);
     }
 }
 
@@ -332,14 +447,10 @@ static void cpu_bn_bwd(const float *dy, const float *xhat, size_t rows, int cols
                        float *dgamma, float *dbeta)
 {
     double *s = calloc(2 * (size_t)cols, sizeof(double)); /* sum dy, sum dy*xhat */
-    if (!s)
+    float *f = malloc(3 * (size_t)cols * sizeof(float));
+    if (!s || !f)
         abort();
-    for (size_t r = 0; r < rows; r++)
-        for (int j = 0; j < cols; j++) {
-            size_t i = r * (size_t)cols + j;
-            s[j] += dy[i];
-            s[cols + j] += (double)dy[i] * xhat[i];
-        }
+    col_sums(dy, xhat, rows, cols, s, s + cols);
     if (dgamma)
         for (int j = 0; j < cols; j++)
             dgamma[j] += (float)s[cols + j];
@@ -347,16 +458,16 @@ static void cpu_bn_bwd(const float *dy, const float *xhat, size_t rows, int cols
         for (int j = 0; j < cols; j++)
             dbeta[j] += (float)s[j];
     if (dx) {
-        for (size_t r = 0; r < rows; r++)
-            for (int j = 0; j < cols; j++) {
-                size_t i = r * (size_t)cols + j;
-                float k = (gamma ? gamma[j] : 1.0f) / sqrtf(svar[j] + eps);
-                float v = k * (dy[i] - (float)(s[j] / (double)rows) -
-                               xhat[i] * (float)(s[cols + j] / (double)rows));
-                dx[i] = acc ? dx[i] + v : v;
-            }
+        float *k = f, *m1 = f + cols, *m2 = f + 2 * (size_t)cols;
+        for (int j = 0; j < cols; j++) {
+            k[j] = (gamma ? gamma[j] : 1.0f) / sqrtf(svar[j] + eps);
+            m1[j] = (float)(s[j] / (double)rows);
+            m2[j] = (float)(s[cols + j] / (double)rows);
+        }
+        bn_dx(dy, xhat, dx, rows, cols, k, m1, m2, acc);
     }
     free(s);
+    free(f);
 }
 
 static void cpu_dropout_fwd(const float *x, float *y, float *mask, size_t n, float rate,

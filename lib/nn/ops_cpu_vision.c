@@ -3,7 +3,26 @@
  * pay for im2col) and the Maximum merge. Contracts are those of nn/ops.h. */
 #include "nn/ops_cpu.h"
 
+/* Compiled at O3 with restrict pointers so that the channel loops vectorize (see ops_cpu.c). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
 #include <string.h>
+
+/* The depthwise kernels with depth_multiplier 1 (MobileNet's) are compiled twice, for AVX2 and
+ * the SSE2 baseline, picked at load time. Without FMA: a multiply then an add, in the order of
+ * the scalar loops, so every machine gets the same bits. */
+typedef float dt_v8f __attribute__((vector_size(32)));
+typedef float dt_v4f __attribute__((vector_size(16)));
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define DT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DT_CLONES
+#endif
+
+/* Windows of at most this many taps take the vector path (MobileNet's are 3x3). */
+#define DW_MAX_TAPS 64
 
 static int dil(int d)
 {
@@ -36,8 +55,116 @@ static int dil(int d)
                 }                                                                                  \
     } while (0)
 
+/* The taps of output pixel (oy, ox) of sample s that fall inside the image: the input pixel's
+ * offset in x (xo) and the tap's in the kernel (ko), in window order. Returns their count. */
+static int dw_taps(const dt_nn_win *g, int s, int oy, int ox, size_t *xo, size_t *ko)
+{
+    int nt = 0, dh = dil(g->dil_h), dw = dil(g->dil_w);
+    for (int ky = 0; ky < g->kh; ky++) {
+        int iy = oy * g->sh - g->pt + ky * dh;
+        if (iy < 0 || iy >= g->h)
+            continue;
+        for (int kx = 0; kx < g->kw; kx++) {
+            int ix = ox * g->sw - g->pl + kx * dw;
+            if (ix < 0 || ix >= g->w)
+                continue;
+            xo[nt] = (((size_t)s * g->h + iy) * g->w + ix) * g->c;
+            ko[nt++] = ((size_t)ky * g->kw + kx) * g->c;
+        }
+    }
+    return nt;
+}
+
+/* mult 1: each output pixel's channels summed over its taps in registers, a vector of
+ * channels at a time; per channel 0 + tap 0 + tap 1 + ..., the order of the general loop. */
+DT_CLONES static void dw_fwd1(const dt_nn_win *gp, const float *restrict x, const float *restrict k,
+                              float *restrict y)
+{
+    const dt_nn_win g = *gp;
+    const int c = g.c;
+    size_t xo[DW_MAX_TAPS], ko[DW_MAX_TAPS];
+    for (int s = 0; s < g.n; s++)
+        for (int oy = 0; oy < g.oh; oy++)
+            for (int ox = 0; ox < g.ow; ox++) {
+                int nt = dw_taps(&g, s, oy, ox, xo, ko);
+                float *yp = y + (((size_t)s * g.oh + oy) * g.ow + ox) * c;
+                int ci = 0;
+                for (; ci + 8 <= c; ci += 8) {
+                    dt_v8f a = {0}, xv, kv;
+                    for (int t = 0; t < nt; t++) {
+                        memcpy(&xv, x + xo[t] + ci, sizeof xv);
+                        memcpy(&kv, k + ko[t] + ci, sizeof kv);
+                        a += xv * kv;
+                    }
+                    memcpy(yp + ci, &a, sizeof a);
+                }
+                for (; ci + 4 <= c; ci += 4) {
+                    dt_v4f a = {0}, xv, kv;
+                    for (int t = 0; t < nt; t++) {
+                        memcpy(&xv, x + xo[t] + ci, sizeof xv);
+                        memcpy(&kv, k + ko[t] + ci, sizeof kv);
+                        a += xv * kv;
+                    }
+                    memcpy(yp + ci, &a, sizeof a);
+                }
+                for (; ci < c; ci++) {
+                    float a = 0;
+                    for (int t = 0; t < nt; t++)
+                        a += x[xo[t] + ci] * k[ko[t] + ci];
+                    yp[ci] = a;
+                }
+            }
+}
+
+/* mult 1 backward: per output pixel and tap, dk += x dy and dx += dy k over a vector of
+ * channels, in the general loop's order (so the same bits). dk is written (zeroed first). */
+DT_CLONES static void dw_bwd1(const dt_nn_win *gp, const float *restrict x, const float *restrict k,
+                              const float *restrict dy, float *restrict dk, float *restrict dx)
+{
+    const dt_nn_win g = *gp;
+    const int c = g.c;
+    size_t xo[DW_MAX_TAPS], ko[DW_MAX_TAPS];
+    for (int s = 0; s < g.n; s++)
+        for (int oy = 0; oy < g.oh; oy++)
+            for (int ox = 0; ox < g.ow; ox++) {
+                int nt = dw_taps(&g, s, oy, ox, xo, ko);
+                const float *dp = dy + (((size_t)s * g.oh + oy) * g.ow + ox) * c;
+                for (int t = 0; t < nt; t++) {
+                    const float *xp = x + xo[t], *kp = k + ko[t];
+                    float *dkp = dk ? dk + ko[t] : NULL, *dxp = dx ? dx + xo[t] : NULL;
+                    int ci = 0;
+                    for (; ci + 8 <= c; ci += 8) {
+                        dt_v8f d, v, w;
+                        memcpy(&d, dp + ci, sizeof d);
+                        if (dkp) {
+                            memcpy(&v, xp + ci, sizeof v);
+                            memcpy(&w, dkp + ci, sizeof w);
+                            w += v * d;
+                            memcpy(dkp + ci, &w, sizeof w);
+                        }
+                        if (dxp) {
+                            memcpy(&v, kp + ci, sizeof v);
+                            memcpy(&w, dxp + ci, sizeof w);
+                            w += d * v;
+                            memcpy(dxp + ci, &w, sizeof w);
+                        }
+                    }
+                    for (; ci < c; ci++) {
+                        if (dkp)
+                            dkp[ci] += xp[ci] * dp[ci];
+                        if (dxp)
+                            dxp[ci] += dp[ci] * kp[ci];
+                    }
+                }
+            }
+}
+
 void dt__nn_cpu_dw_fwd(const dt_nn_win *g, int mult, const float *x, const float *k, float *y)
 {
+    if (mult == 1 && g->kh * g->kw <= DW_MAX_TAPS) {
+        dw_fwd1(g, x, k, y);
+        return;
+    }
     size_t total = (size_t)g->n * g->oh * g->ow * g->c * mult;
     memset(y, 0, total * sizeof(float));
     int c = g->c;
@@ -63,6 +190,10 @@ void dt__nn_cpu_dw_bwd(const dt_nn_win *g, int mult, const float *x, const float
         memset(dk, 0, (size_t)g->kh * g->kw * c * mult * sizeof(float));
     if (dx && !acc)
         memset(dx, 0, (size_t)g->n * g->h * g->w * c * sizeof(float));
+    if (mult == 1 && g->kh * g->kw <= DW_MAX_TAPS) {
+        dw_bwd1(g, x, k, dy, dk, dx);
+        return;
+    }
     DW_LOOP(g, mult, {
         const float *dyp = dy + yo, *kp = k + kr, *xp = x + xr;
         for (int ci = 0; ci < c; ci++) {
