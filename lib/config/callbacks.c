@@ -21,6 +21,8 @@ const char *dt_jobspec_callback_name(dt_callback_kind k)
         return "ModelCheckpoint";
     case DT_CALLBACK_CSV_LOGGER:
         return "CSVLogger";
+    case DT_CALLBACK_LR_SCHEDULER:
+        return "LearningRateScheduler";
     default:
         return "TerminateOnNaN";
     }
@@ -116,6 +118,44 @@ static dt_status get_file(const cJSON *k, const char *path, const char *ext, cha
     return DT_OK;
 }
 
+/* LearningRateScheduler's schedule: [rate per epoch, ...] or a LearningRateSchedule object. */
+static dt_status parse_schedule(const cJSON *k, const char *path, dt_jobspec_callback *c,
+                                dt_err *err)
+{
+    if (cJSON_IsArray(k)) {
+        int n = cJSON_GetArraySize(k);
+        if (n < 1 || n > DT_JOBSPEC_MAX_LR_EPOCHS)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s.config.schedule: give 1 to %d rates, one per epoch (the last "
+                              "one repeats)",
+                              path, DT_JOBSPEC_MAX_LR_EPOCHS);
+        int i = 0;
+        for (const cJSON *e = k->child; e; e = e->next, i++) {
+            if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < 0)
+                return dt_err_set(err, DT_EINVAL,
+                                  "%s.config.schedule[%d]: give a learning rate >= 0", path, i);
+            c->lr_list[i] = e->valuedouble;
+        }
+        c->n_lr_list = n;
+        return DT_OK;
+    }
+    if (cJSON_IsObject(k)) {
+        char *text = cJSON_PrintUnformatted(k);
+        size_t n = text ? strlen(text) : 0;
+        if (text && n < sizeof c->lr_schedule)
+            memcpy(c->lr_schedule, text, n + 1);
+        cJSON_free(text);
+        if (!n || n >= sizeof c->lr_schedule)
+            return dt_err_set(err, DT_EINVAL, "%s.config.schedule: the object is too long", path);
+        return DT_OK;
+    }
+    return dt_err_set(err, DT_EINVAL,
+                      "%s.config.schedule: give a list of rates, one per epoch, or a Keras "
+                      "LearningRateSchedule ({\"class_name\": \"ExponentialDecay\", \"config\": "
+                      "{...}}) evaluated at the epoch; a Python function cannot travel in JSON",
+                      path);
+}
+
 static dt_status parse_key(const cJSON *k, const char *path, dt_jobspec_callback *c, dt_err *err)
 {
     const char *key = k->string;
@@ -189,6 +229,15 @@ static dt_status parse_key(const cJSON *k, const char *path, dt_jobspec_callback
         }
         if (!strcmp(key, "append"))
             return get_bool(k, path, &c->append, err);
+    } else if (c->kind == DT_CALLBACK_LR_SCHEDULER) {
+        if (!strcmp(key, "verbose")) {
+            if (!cJSON_IsNumber(k) && !cJSON_IsBool(k))
+                return dt_err_set(err, DT_EINVAL, "%s.config.verbose: give 0 or 1", path);
+            c->verbose = cJSON_IsNumber(k) ? k->valuedouble != 0 : cJSON_IsTrue(k);
+            return DT_OK;
+        }
+        if (!strcmp(key, "schedule"))
+            return parse_schedule(k, path, c, err);
     }
     return dt_err_set(err, DT_ENOTSUP, "%s.config.%s: %s takes no such key here", path, key,
                       dt_jobspec_callback_name(c->kind));
@@ -238,14 +287,19 @@ dt_status dt_jobspec_callback_parse(const cJSON *it, const char *path, dt_jobspe
     } else if (!strcmp(cls, "CSVLogger")) {
         out->kind = DT_CALLBACK_CSV_LOGGER;
         out->separator = ',';
+    } else if (!strcmp(cls, "LearningRateScheduler")) {
+        out->kind = DT_CALLBACK_LR_SCHEDULER;
     } else {
         return dt_err_set(err, DT_ENOTSUP,
                           "%s.class_name: \"%s\" is not supported; give EarlyStopping, "
-                          "ReduceLROnPlateau, TerminateOnNaN, ModelCheckpoint or CSVLogger",
+                          "ReduceLROnPlateau, TerminateOnNaN, ModelCheckpoint, CSVLogger or "
+                          "LearningRateScheduler",
                           path, cls);
     }
     for (const cJSON *k = cfg ? cfg->child : NULL; k; k = k->next)
         DT_TRY(parse_key(k, path, out, err));
+    if (out->kind == DT_CALLBACK_LR_SCHEDULER && !out->n_lr_list && !out->lr_schedule[0])
+        return dt_err_set(err, DT_EINVAL, "%s.config.schedule: required", path);
     /* both are required in Keras (positional arguments) */
     if ((out->kind == DT_CALLBACK_MODEL_CHECKPOINT || out->kind == DT_CALLBACK_CSV_LOGGER) &&
         !out->file[0])

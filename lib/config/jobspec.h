@@ -130,6 +130,7 @@ typedef enum dt_callback_kind {
     DT_CALLBACK_TERMINATE_ON_NAN,
     DT_CALLBACK_MODEL_CHECKPOINT,
     DT_CALLBACK_CSV_LOGGER,
+    DT_CALLBACK_LR_SCHEDULER, /* LearningRateScheduler */
 } dt_callback_kind;
 
 typedef enum dt_callback_mode {
@@ -139,6 +140,8 @@ typedef enum dt_callback_mode {
 } dt_callback_mode;
 
 #define DT_JOBSPEC_MAX_CALLBACKS 8
+
+#define DT_JOBSPEC_MAX_LR_EPOCHS 256 /* LearningRateScheduler's list of rates */
 
 typedef struct dt_jobspec_callback {
     dt_callback_kind kind;
@@ -163,6 +166,14 @@ typedef struct dt_jobspec_callback {
     double initial_threshold;
     char separator; /* CSVLogger: ',' */
     bool append;    /* CSVLogger: false */
+    /* LearningRateScheduler: Keras's takes a Python function of the epoch; a job gives the
+     * common forms as data: a rate per epoch (the last one repeats), or a Keras
+     * LearningRateSchedule object (its JSON text, parsed by the trainer) evaluated at the
+     * epoch index - ExponentialDecay with staircase is a step decay. */
+    double lr_list[DT_JOBSPEC_MAX_LR_EPOCHS];
+    int n_lr_list;
+    char lr_schedule[1024];
+    bool verbose; /* LearningRateScheduler: log each epoch's rate */
 } dt_jobspec_callback;
 
 /* Parses one entry of $.fit.callbacks (path is "$.fit.callbacks[i]"); DT_ENOTSUP names an

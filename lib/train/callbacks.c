@@ -160,11 +160,37 @@ bool dt__train_cb_lookup(const dt_jobspec *spec, const char *monitor, const dt_t
     return false;
 }
 
+dt_status dt__train_lr_schedule(const dt_jobspec_callback *cb, int i, dt_optim_schedule *out,
+                                dt_err *err)
+{
+    cJSON *j = cJSON_Parse(cb->lr_schedule);
+    dt_status st =
+        j ? dt_optim_schedule_from_json(j, out, err) : dt_err_set(err, DT_EINVAL, "not JSON");
+    cJSON_Delete(j);
+    if (st == DT_OK && out->kind == DT_OPTIM_SCHEDULE_NONE)
+        st = dt_err_set(err, DT_EINVAL, "not a LearningRateSchedule");
+    if (st != DT_OK)
+        dt_err_prefix(err, "$.fit.callbacks[%d].config.schedule", i);
+    return st;
+}
+
 dt_status dt__train_callbacks_check(const dt_jobspec *spec, bool has_validation,
                                     const dt_optim_cfg *cfg, dt_err *err)
 {
     for (int i = 0; i < spec->ncallbacks; i++) {
         const dt_jobspec_callback *cb = &spec->callbacks[i];
+        if (cb->kind == DT_CALLBACK_LR_SCHEDULER) {
+            if (cfg && cfg->lr.kind != DT_OPTIM_SCHEDULE_NONE)
+                return dt_err_set(err, DT_EINVAL,
+                                  "$.fit.callbacks[%d]: LearningRateScheduler sets the learning "
+                                  "rate, but $.compile.optimizer's learning_rate is a schedule "
+                                  "(Keras refuses to set it too); give a constant learning_rate",
+                                  i);
+            dt_optim_schedule s;
+            if (cb->lr_schedule[0])
+                DT_TRY(dt__train_lr_schedule(cb, i, &s, err));
+            continue;
+        }
         if (cb->kind == DT_CALLBACK_MODEL_CHECKPOINT) {
             /* every field of the filepath must be one this job logs */
             dt_train_metric none[DT_JOBSPEC_MAX_METRICS];

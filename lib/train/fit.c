@@ -67,6 +67,8 @@ struct dt_trainer {
 
     dt_tfevents *tb, *tbv; /* TensorBoard's train and validation runs (chief) */
     float *cw;             /* $.fit.class_weight: this batch's sample weights */
+    /* LearningRateScheduler objects, parsed once */
+    dt_optim_schedule lrs[DT_JOBSPEC_MAX_CALLBACKS];
     int cw_cap;
 
     /* $.fit.callbacks: each one's direction (+1 larger is better), its state, and for
@@ -313,6 +315,9 @@ dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_tra
     }
     DT_TRY_GOTO(plan_buckets(t, err), st, fail);
     DT_TRY_GOTO(dt__train_callbacks_check(spec, t->val != NULL, &t->cfg, err), st, fail);
+    for (int i = 0; i < spec->ncallbacks; i++)
+        if (spec->callbacks[i].lr_schedule[0])
+            DT_TRY_GOTO(dt__train_lr_schedule(&spec->callbacks[i], i, &t->lrs[i], err), st, fail);
     t->resume_lr = NAN;
     for (int i = 0; i < spec->ncallbacks; i++)
         t->on_nan |= spec->callbacks[i].kind == DT_CALLBACK_TERMINATE_ON_NAN;
@@ -937,6 +942,25 @@ static void copy_weights(dt_trainer *t, float *buf, bool restore)
 }
 
 /* The callbacks' on_epoch_end, in the order given, on the epoch's all-reduced logs. */
+/* LearningRateScheduler's on_epoch_begin: the rate of epoch e (0-based, as Keras passes it)
+ * from the list or the schedule object. It depends on e alone, so a resumed job sets the
+ * same rate. */
+static dt_status schedule_epoch(dt_trainer *t, int e, dt_err *err)
+{
+    for (int i = 0; i < t->spec->ncallbacks; i++) {
+        const dt_jobspec_callback *cb = &t->spec->callbacks[i];
+        if (cb->kind != DT_CALLBACK_LR_SCHEDULER)
+            continue;
+        double lr = cb->n_lr_list ? cb->lr_list[e < cb->n_lr_list ? e : cb->n_lr_list - 1]
+                                  : dt_optim_schedule_at(&t->lrs[i], e);
+        DT_TRY(dt_optim_set_learning_rate(t->opt, lr, err));
+        if (cb->verbose)
+            DT_INFO("train", "Epoch %d: LearningRateScheduler setting learning rate to %g.", e + 1,
+                    lr);
+    }
+    return DT_OK;
+}
+
 static dt_status epoch_callbacks(dt_trainer *t, const dt_train_epoch_info *ei, bool *stop,
                                  dt_train_result *res, dt_err *err)
 {
@@ -993,6 +1017,12 @@ static dt_status epoch_callbacks(dt_trainer *t, const dt_train_epoch_info *ei, b
             }
             if (take && t->cbbest[i])
                 copy_weights(t, t->cbbest[i], false);
+        } else if (cb->kind == DT_CALLBACK_LR_SCHEDULER) {
+            /* Keras puts the epoch's rate in the logs the later callbacks see */
+            if (nlogs < DT__TRAIN_MAX_LOGS && strcmp(logs[nlogs - 1].name, "learning_rate"))
+                nlogs++;
+            logs[nlogs - 1] = (dt__train_log){
+                .name = "learning_rate", .value = dt_optim_learning_rate(t->opt), .has = true};
         } else if (cb->kind == DT_CALLBACK_REDUCE_LR_ON_PLATEAU) {
             double lr = dt_optim_learning_rate(t->opt), nlr = lr;
             /* Keras puts the epoch's rate in the logs the later callbacks see */
@@ -1056,6 +1086,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     }
     for (; pos.epoch < epochs; pos.epoch++, pos.step = 0) {
         int e = (int)pos.epoch;
+        DT_TRY(schedule_epoch(t, e, err));
         DT_TRY(dt_pipeline_epoch_begin(t->p, e, err));
         for (int64_t s = 0; s < pos.step; s++) { /* resuming mid-epoch: replay the order */
             const dt_batch *b;

@@ -78,6 +78,9 @@ bool dt__train_cb_lookup(const dt_jobspec *spec, const char *monitor, const dt_t
                          double *out);
 /* Submit-time check: monitors name this job's logs, val_ ones have validation data, "auto" can
  * decide, and ReduceLROnPlateau has a constant rate to set (cfg may be NULL). */
+/* A LearningRateScheduler's schedule object (callback i), errors naming its path. */
+dt_status dt__train_lr_schedule(const dt_jobspec_callback *cb, int i, dt_optim_schedule *out,
+                                dt_err *err);
 dt_status dt__train_callbacks_check(const dt_jobspec *spec, bool has_validation,
                                     const dt_optim_cfg *cfg, dt_err *err);
 /* The states of n callbacks as checkpoint metadata text, and back (false on a malformed one). */
