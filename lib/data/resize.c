@@ -59,6 +59,16 @@ static void lerp_taps(int in, int out, lerp_tap *taps)
 static inline void hlerp_row(const uint8_t *src, const lerp_tap *tx, int ow, const int C,
                              float *dst)
 {
+    if (C == 3) { /* spelled out: the compiler keeps a loop over c otherwise */
+        for (int x = 0; x < ow; x++, dst += 3) {
+            const uint8_t *l = src + (size_t)tx[x].lo * 3, *r = src + (size_t)tx[x].hi * 3;
+            float t = tx[x].t, l0 = l[0], l1 = l[1], l2 = l[2];
+            dst[0] = l0 + ((float)r[0] - l0) * t;
+            dst[1] = l1 + ((float)r[1] - l1) * t;
+            dst[2] = l2 + ((float)r[2] - l2) * t;
+        }
+        return;
+    }
     for (int x = 0; x < ow; x++) {
         size_t l = (size_t)tx[x].lo * (size_t)C, r = (size_t)tx[x].hi * (size_t)C;
         float t = tx[x].t;
