@@ -82,7 +82,7 @@ PYEOF
 best() { # keep the JSON line with the higher samples_per_s
   $PY -c 'import json,sys; a=[json.loads(l) for l in sys.argv[1:] if l]; print(json.dumps(max(a, key=lambda r: r["samples_per_s"])))' "$@"
 }
-ours= torch=
+ours='' torch=''
 for ((r = 0; r < ROUNDS; r++)); do
   o=$(bin/dtrain bench train --model "$tmp/mobilenet_v2.json" --batch "$BATCH" --threads 1 \
     --steps "$STEPS" --warmup 2 --json)
