@@ -6,6 +6,7 @@
 #   make test-faults  the long fault-injection runs (chaos in netns, 20 chief restarts)
 #   make asan       the same tests under -fsanitize=address,undefined (build in build/asan)
 #   make demo       train the Fashion-MNIST CNN on 2 local daemons
+#   make demo-text  train an Embedding + LSTM text classifier on Debian's package descriptions
 #   make format     clang-format every C file
 #   make install    binaries, unit, sysusers.d, env example (PREFIX, DESTDIR); make uninstall
 #   make fuzz       libFuzzer targets (clang, ASan + UBSan), one per parser, FUZZ_S=N seconds each
@@ -71,7 +72,7 @@ LIBDTRAIN  := $(BUILD)/libdtrain.a
 # the pattern rules and deletes them after a clean build, forcing a full rebuild the next time.
 .SECONDARY: $(PROTO_C) $(PROTO_H)
 
-.PHONY: all deps deps-check test test-faults asan demo bench format clean features
+.PHONY: all deps deps-check test test-faults asan demo demo-text bench format clean features
 all: features $(BIN)/dtraind $(BIN)/dtrain $(BUILD)/dt_test
 
 features:
@@ -155,6 +156,10 @@ asan: deps-check
 demo: deps-check
 	@$(MAKE) --no-print-directory all
 	@bash scripts/demo.sh
+
+demo-text: deps-check
+	@$(MAKE) --no-print-directory all
+	@bash scripts/demo-text.sh
 
 format:
 	clang-format -i $$(find lib daemon test -name '*.[ch]')
