@@ -11,7 +11,8 @@
 # torchvision is installed, else the equivalent written out here (Debian has no torchvision):
 # a Dataset doing PIL Image.open().convert("RGB").resize((224, 224), BILINEAR) -> a uint8 CHW
 # tensor, DataLoader(batch_size=B, num_workers=THREADS) and the float conversion per batch,
-# as ToTensor does. Both are one pass over the files; the best of --repeat runs is kept.
+# as ToTensor does. Both are one pass over the files; --repeat passes of each, alternating,
+# and the best of each is kept.
 #
 # Usage: scripts/bench/images-vs-torch.sh [--images N] [--min PX] [--max PX] [--threads T]
 #                                         [--batch B] [--repeat K] [--dir DIR] [--json]
@@ -55,18 +56,21 @@ cat >"$DIR/spec.json" <<JSON
                     "shuffle": false, "interpolation": "bilinear"},
           "num_parallel_calls": $T}}
 JSON
-bin/dtrain bench data "$DIR/spec.json" --threads "$T" --batch "$B" --repeat "$K" --json \
-  2>/dev/null >"$DIR/dtrain.json"
 
-"$PY" - "$PH" "$T" "$B" "$K" "$DIR/dtrain.json" "$JSON" <<'PYEOF'
-import json, os, sys, time
+"$PY" - "$PH" "$T" "$B" "$K" "$DIR/spec.json" "$JSON" <<'PYEOF'
+import json, os, subprocess, sys, time
 import numpy as np
 import torch
 from PIL import Image
 
 root, T, B, K = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-d = json.load(open(sys.argv[5]))
+spec = sys.argv[5]
 as_json = sys.argv[6] == "1"
+
+def dtrain_pass():
+    out = subprocess.run(["bin/dtrain", "bench", "data", spec, "--threads", str(T), "--batch",
+                          str(B), "--json"], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
 torch.set_num_threads(1)
 try:
     import torchvision
@@ -102,8 +106,13 @@ def one_pass():
         n += x.shape[0]
     return n, time.perf_counter() - t0
 
-best = None
+# dtrain and torch passes alternate, the best of each kept: a machine shared with other work
+# slows both alike rather than whichever side ran during a burst.
+best, d = None, None
 for _ in range(K):
+    r = dtrain_pass()
+    if d is None or r["images_per_s"] > d["images_per_s"]:
+        d = r
     n, s = one_pass()
     best = s if best is None or s < best else best
 tips = n / best
