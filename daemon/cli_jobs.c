@@ -493,6 +493,8 @@ static void print_status(const Dtrain__V1__JobInfo *j)
             printf(" (%.1f s of training)", j->finished_unix - j->started_unix);
         printf("\n");
     }
+    if (j->stopped && *j->stopped)
+        printf("  stopped     early: %s\n", j->stopped);
     if (j->weights_path && *j->weights_path)
         printf("  weights     %s (on the chief; 'dtrain export %s -o FILE' fetches them)\n",
                j->weights_path, j->id);

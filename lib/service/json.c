@@ -46,6 +46,7 @@ void dt__service_job_pb(const job_record *rec, info_buf *b)
     in->examples = rec->examples;
     in->params = rec->params;
     in->weights_path = rec->weights_path ? rec->weights_path : (char *)"";
+    in->stopped = (char *)rec->stopped;
     in->n_weights_hashes = (size_t)rec->nhashes;
     in->weights_hashes = rec->hashes;
     in->restarts = rec->restarts;
@@ -129,6 +130,10 @@ cJSON *dt_service_job_json(const Dtrain__V1__JobInfo *j)
     add_time(o, "started_unix", j->started_unix);
     add_time(o, "finished_unix", j->finished_unix);
     cJSON_AddStringToObject(o, "weights_path", j->weights_path ? j->weights_path : "");
+    if (j->stopped && *j->stopped)
+        cJSON_AddStringToObject(o, "stopped", j->stopped);
+    else
+        cJSON_AddNullToObject(o, "stopped");
     cJSON *h = cJSON_AddArrayToObject(o, "weights_hashes");
     for (size_t i = 0; i < j->n_weights_hashes; i++)
         cJSON_AddItemToArray(h, cJSON_CreateString(j->weights_hashes[i]));
@@ -200,6 +205,7 @@ void dt__service_record_from_json(const cJSON *o, job_record *rec)
     rec->global_step = (uint64_t)num(o, "global_step");
     rec->nmetrics = metrics_from(o, rec->metrics);
     str(o, "error", rec->error, sizeof rec->error);
+    str(o, "stopped", rec->stopped, sizeof rec->stopped);
     rec->submitted = num(o, "submitted_unix");
     rec->started = num(o, "started_unix");
     rec->finished = num(o, "finished_unix");

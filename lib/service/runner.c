@@ -198,7 +198,7 @@ static void report_progress(void *ctx, const jevent *ev);
 static void report_comm(void *ctx, dt_comm *c);
 static void report_hier(void *ctx, dt_comm_hier *h);
 static void report_finished(void *ctx, dt_status st, const char *error, const char *weights_hash,
-                            const char *weights_path);
+                            const char *weights_path, const char *stopped);
 
 /* The run of a Start request, with its task and channel to the chief; not started. */
 static dt_status run_new(runner *rn, const Dtrain__V1__StartJobRequest *req, jrun **out,
@@ -462,7 +462,7 @@ static void report_hier(void *ctx, dt_comm_hier *h)
 }
 
 static void report_finished(void *ctx, dt_status st, const char *error, const char *weights_hash,
-                            const char *weights_path)
+                            const char *weights_path, const char *stopped)
 {
     jrun *r = ctx;
     Dtrain__V1__FinishedRequest req = DTRAIN__V1__FINISHED_REQUEST__INIT;
@@ -472,6 +472,7 @@ static void report_finished(void *ctx, dt_status st, const char *error, const ch
     req.error = (char *)(error ? error : "");
     req.weights_hash = (char *)(weights_hash ? weights_hash : "");
     req.weights_path = (char *)(weights_path ? weights_path : "");
+    req.stopped = (char *)(stopped ? stopped : "");
     req.session = r->task.session;
     if (st == DT_OK)
         DT_INFO("jobs", "job %s: rank %d done", r->id, r->task.rank);

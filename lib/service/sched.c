@@ -658,6 +658,8 @@ void dt__service_on_finished(dt_service *j, dt_rpc_call *call)
                    *req->weights_path) {
             free(jb->rec.weights_path);
             jb->rec.weights_path = strdup(req->weights_path);
+            snprintf(jb->rec.stopped, sizeof jb->rec.stopped, "%s",
+                     req->stopped ? req->stopped : "");
         }
         if (jb->act->ndone == (int)jb->rec.world && jb->rec.state == JOB_RUNNING &&
             !jb->act->cancel_requested) {

@@ -99,6 +99,7 @@ typedef struct job_record {
     uint32_t world;
     uint64_t examples, params;
     char *weights_path; /* the final weights on the chief, owned; NULL until then */
+    char stopped[256];  /* $.fit.callbacks stopped it early: why; "" otherwise */
     char **hashes;      /* per rank once started ("" until it reports), owned */
     int nhashes;
     uint32_t restarts; /* restarted after a lost task or chief this many times */
@@ -308,7 +309,7 @@ typedef struct trainer_hooks {
     void (*hier)(void *ctx, dt_comm_hier *h);
     /* The end, with the final weights' hash and path when st is DT_OK. */
     void (*finished)(void *ctx, dt_status st, const char *error, const char *weights_hash,
-                     const char *weights_path);
+                     const char *weights_path, const char *stopped);
 } trainer_hooks;
 
 /* One run of a job on this daemon: everything the trainer reads, borrowed for its run. */

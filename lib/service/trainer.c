@@ -594,7 +594,8 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
         free(reps[m].hc.pending);
     }
     h->finished(h->ctx, st, st == DT_OK ? "" : err.msg, hash,
-                st == DT_OK && reps ? reps[0].res.final_path : "");
+                st == DT_OK && reps ? reps[0].res.final_path : "",
+                st == DT_OK && reps ? reps[0].res.stop_reason : "");
     free(reps);
 }
 
@@ -663,5 +664,6 @@ void dt__service_trainer_main(const trainer_task *t)
     dt_train_free(tr);
     if (have_spec)
         dt_jobspec_destroy(&spec);
-    h->finished(h->ctx, st, st == DT_OK ? "" : err.msg, hash, st == DT_OK ? res.final_path : "");
+    h->finished(h->ctx, st, st == DT_OK ? "" : err.msg, hash, st == DT_OK ? res.final_path : "",
+                st == DT_OK ? res.stop_reason : "");
 }

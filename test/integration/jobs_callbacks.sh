@@ -30,6 +30,12 @@ jc submit "$DT_TEST_TMP/es.json" >/dev/null
 jobs_wait_state 1 succeeded 60
 jc status 1 --json >"$DT_TEST_TMP/status.json"
 dt_assert_eq "$(dt_json_get epoch "$DT_TEST_TMP/status.json")" 3 "epochs run"
+# status says why it ended before its 20 epochs, as the log does
+dt_assert_contains "$(dt_json_get stopped "$DT_TEST_TMP/status.json")" "EarlyStopping: epoch 3: early stopping" \
+  "status --json: stopped"
+dt_assert_contains "$(jc status 1)" "stopped +early: EarlyStopping: epoch 3" "status: stopped"
+jc jobs --json >"$DT_TEST_TMP/jobs.json"
+dt_assert_eq "$(dt_json_get jobs.0.stopped "$DT_TEST_TMP/jobs.json" | head -c 13)" "EarlyStopping" "jobs --json: stopped"
 for w in 0 1; do
   dt_assert_contains "$DT_TEST_TMP/cb-w$w.log" "EarlyStopping: epoch 3: early stopping" "stop logged on worker:$w"
   dt_assert_contains "$DT_TEST_TMP/cb-w$w.log" "Restoring model weights from the end of the best epoch: 1" \
