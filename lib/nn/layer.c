@@ -342,3 +342,16 @@ dt_status dt__nn_cfg_string_is(const dt__nn_layer *l, const cJSON *cfg, const ch
             cJSON_IsString(v) ? "\"" : "", want);
     return DT_OK;
 }
+
+dt_status dt__nn_cfg_kernel_bias(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
+{
+    DT_TRY(
+        dt__nn_cfg_init(l, cfg, "kernel_initializer", DT_NN_INIT_GLOROT_UNIFORM_, &l->kinit, err));
+    DT_TRY(dt__nn_cfg_init(l, cfg, "bias_initializer", (dt__nn_init){.kind = DT_NN_INIT_ZEROS},
+                           &l->binit, err));
+    DT_TRY(dt__nn_cfg_regularizer(l, cfg, "kernel_regularizer", &l->kl1, &l->kl2, err));
+    DT_TRY(dt__nn_cfg_regularizer(l, cfg, "bias_regularizer", &l->bl1, &l->bl2, err));
+    DT_TRY(dt__nn_cfg_null(l, cfg, "activity_regularizer", err));
+    DT_TRY(dt__nn_cfg_null(l, cfg, "kernel_constraint", err));
+    return dt__nn_cfg_null(l, cfg, "bias_constraint", err);
+}

@@ -276,6 +276,10 @@ dt_status dt__nn_cfg_init(const dt__nn_layer *l, const cJSON *cfg, const char *k
                           dt__nn_init *out, dt_err *err);
 dt_status dt__nn_cfg_regularizer(const dt__nn_layer *l, const cJSON *cfg, const char *key,
                                  float *l1, float *l2, dt_err *err);
+/* The keys of a layer with a kernel and a bias (Dense, Conv1D/2D, MultiHeadAttention, ...):
+ * kernel_initializer (GlorotUniform) and bias_initializer (Zeros) into kinit/binit, their L1/L2
+ * regularizers into kl1/kl2/bl1/bl2, and activity_regularizer and the constraints null. */
+dt_status dt__nn_cfg_kernel_bias(dt__nn_layer *l, const cJSON *cfg, dt_err *err);
 /* Refuses a key whose value is anything but null (constraints, activity regularizers). */
 dt_status dt__nn_cfg_null(const dt__nn_layer *l, const cJSON *cfg, const char *key, dt_err *err);
 /* Refuses a key whose value is present and differs from the string want. */

@@ -66,15 +66,7 @@ static dt_status mha_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
         return dt__nn_layer_err(l, DT_ENOTSUP, err,
                                 "option 'attention_axes': only the sequence axis (null, [1]) is "
                                 "supported");
-    DT_TRY(
-        dt__nn_cfg_init(l, cfg, "kernel_initializer", DT_NN_INIT_GLOROT_UNIFORM_, &l->kinit, err));
-    DT_TRY(dt__nn_cfg_init(l, cfg, "bias_initializer", (dt__nn_init){.kind = DT_NN_INIT_ZEROS},
-                           &l->binit, err));
-    DT_TRY(dt__nn_cfg_regularizer(l, cfg, "kernel_regularizer", &l->kl1, &l->kl2, err));
-    DT_TRY(dt__nn_cfg_regularizer(l, cfg, "bias_regularizer", &l->bl1, &l->bl2, err));
-    DT_TRY(dt__nn_cfg_null(l, cfg, "activity_regularizer", err));
-    DT_TRY(dt__nn_cfg_null(l, cfg, "kernel_constraint", err));
-    DT_TRY(dt__nn_cfg_null(l, cfg, "bias_constraint", err));
+    DT_TRY(dt__nn_cfg_kernel_bias(l, cfg, err));
     int seed; /* the job's seed drives the dropout draws, as Dropout's */
     DT_TRY(dt__nn_cfg_int(l, cfg, "seed", 0, &seed, err));
     bool flash; /* a kernel choice, not a result: every path computes the same attention */
