@@ -101,6 +101,8 @@ $(BUILD)/obj/%.o: %.c $(PROTO_H)
 # values do not change.
 $(BUILD)/obj/lib/data/resize.o $(BUILD)/obj/lib/data/pipeline.o: \
 	CFLAGS += -ftree-vectorize -fvect-cost-model=dynamic
+# The recurrent cells' sigmoid and tanh over blocks of units (ops_cpu_rnn.c), likewise.
+$(BUILD)/obj/lib/nn/ops_cpu_rnn.o: CFLAGS += -ftree-vectorize -fvect-cost-model=dynamic
 
 $(LIBDTRAIN): $(LIB_OBJ)
 	@echo "  AR      $@"
