@@ -200,6 +200,12 @@ struct dt__nn_layer {
      * backward then do nothing (pooled_by_producer). */
     int pool_consumer;
     bool pooled_by_producer;
+    /* A BatchNormalization whose only consumer is a ReLU layer (MobileNet's BN -> ReLU6)
+     * applies it: bn_relu is the cap (INFINITY: none; < 0: no ReLU fused), and the ReLU layer
+     * becomes an alias of it (relu_in_bn) that does nothing. Saves a read and a write of the
+     * tensor forward and three passes backward. */
+    float bn_relu;
+    bool relu_in_bn;
     dt_nn_win win;
     size_t col_floats; /* im2col scratch per sample */
     int n_consumers;

@@ -313,13 +313,15 @@ const dt__nn_layer_vt dt__nn_dropout = {
 
 static void act_forward(dt__nn_layer *l, dt__nn_ctx *c)
 {
+    if (l->relu_in_bn) /* its batch norm applied it (y and dy are the batch norm's) */
+        return;
     int cols = l->out.d[l->out.rank - 1];
     c->ops->act_fwd(&l->act, dt__nn_x(c, l, 0), l->y, rows_of(l, c), cols);
 }
 
 static void act_backward(dt__nn_layer *l, dt__nn_ctx *c)
 {
-    if (!dt__nn_need_dx(c, l, 0))
+    if (l->relu_in_bn || !dt__nn_need_dx(c, l, 0))
         return;
     int cols = l->out.d[l->out.rank - 1];
     bool acc;

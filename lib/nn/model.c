@@ -189,6 +189,40 @@ static void fuse_relu_pool(dt__nn_graph *g)
     }
 }
 
+/* The cap of a ReLU layer that only clips (no slope, threshold 0); < 0 when it does more. */
+static float relu_cap(const dt_nn_act_p *a)
+{
+    if (a->alpha != 0 || a->threshold != 0)
+        return -1.0f;
+    if (a->kind == DT_NN_ACT_RELU)
+        return INFINITY;
+    if (a->kind != DT_NN_ACT_RELU_CAPPED || !(a->max_value > 0))
+        return -1.0f;
+    return a->max_value; /* INFINITY included */
+}
+
+/* BatchNormalization -> ReLU layer (its only consumer, not the output, no mask on the way): the
+ * batch norm applies the ReLU and the ReLU layer becomes its alias. */
+static void fuse_bn_relu(dt__nn_graph *g)
+{
+    for (int i = 1; i < g->n; i++)
+        g->layers[i].bn_relu = -1.0f;
+    for (int i = 1; i < g->n; i++) {
+        dt__nn_layer *p = &g->layers[i];
+        if (p->vt != &dt__nn_batchnorm || p->n_consumers != 1 || i == g->output || p->out.rank < 1)
+            continue;
+        for (int j = i + 1; j < g->n; j++) {
+            dt__nn_layer *q = &g->layers[j];
+            if (q->n_in == 1 && q->in[0] == i && q->vt == &dt__nn_relu && j != g->output &&
+                q->mask_src < 0 && relu_cap(&q->act) >= 0) {
+                p->bn_relu = relu_cap(&q->act);
+                q->alias = q->relu_in_bn = true;
+                break;
+            }
+        }
+    }
+}
+
 static void mask_propagate(dt__nn_graph *g, dt__nn_layer *l)
 {
     l->mask_src = -1;
@@ -254,6 +288,7 @@ static dt_status build(dt_model *m, uint64_t seed, uint64_t max_bytes, dt_err *e
                           "model: its output is its input (nothing is computed after the "
                           "InputLayer); add the model's layers");
     fuse_relu_pool(g);
+    fuse_bn_relu(g);
     const dt_nn_ops *o = m->ops;
     m->n_params = np;
     m->n_state = ns;

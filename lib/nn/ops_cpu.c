@@ -370,7 +370,7 @@ DT_CLONES static void col_sums(const float *restrict x, const float *restrict y,
 DT_CLONES static void col_affine(const float *restrict x, float *restrict y, float *restrict h,
                                  size_t rows, int cols, const float *restrict m,
                                  const float *restrict k, const float *restrict a,
-                                 const float *restrict b)
+                                 const float *restrict b, float relu)
 {
     for (size_t r = 0; r < rows; r++) {
         const float *xr = x + r * (size_t)cols;
@@ -386,12 +386,17 @@ DT_CLONES static void col_affine(const float *restrict x, float *restrict y, flo
             for (int j = 0; j < cols; j++)
                 yr[j] = a[j] * ((xr[j] - m[j]) * k[j]) + b[j];
         }
+        if (relu >= 0) /* the fused ReLU, as relu_clip_fwd (NaN: 0) */
+            for (int j = 0; j < cols; j++) {
+                float v = yr[j] > 0 ? yr[j] : 0.0f;
+                yr[j] = v > relu ? relu : v;
+            }
     }
 }
 
 static void cpu_bn_fwd(bool training, const float *x, float *y, float *xhat, size_t rows, int cols,
                        const float *gamma, const float *beta, float *mmean, float *mvar,
-                       float momentum, float eps, float *smean, float *svar)
+                       float momentum, float eps, float *smean, float *svar, float relu)
 {
     /* per channel: sums (2 cols, double), then inverse deviation, scale, shift (3 cols) */
     double *acc = calloc(2 * (size_t)cols, sizeof(double));
@@ -406,7 +411,7 @@ static void cpu_bn_fwd(bool training, const float *x, float *y, float *xhat, siz
     if (!training) {
         for (int j = 0; j < cols; j++)
             k[j] = 1.0f / sqrtf(mvar[j] + eps);
-        col_affine(x, y, NULL, rows, cols, mmean, k, ga, be);
+        col_affine(x, y, NULL, rows, cols, mmean, k, ga, be, relu);
         free(acc);
         free(f);
         return;
@@ -421,7 +426,7 @@ static void cpu_bn_fwd(bool training, const float *x, float *y, float *xhat, siz
         svar[j] = (float)(v > 0 ? v : 0);
         k[j] = 1.0f / sqrtf(svar[j] + eps);
     }
-    col_affine(x, y, xhat, rows, cols, smean, k, ga, be);
+    col_affine(x, y, xhat, rows, cols, smean, k, ga, be, relu);
     free(acc);
     free(f);
     for (int j = 0; j < cols; j++) {
@@ -446,15 +451,70 @@ DT_CLONES static void bn_dx(const float *restrict dy, const float *restrict xhat
     }
 }
 
+/* The fused ReLU's gradient of row r into g: dy where 0 < a xhat + b < relu (the batch norm's
+ * output, recomputed bit for bit), else 0 - what the ReLU layer's backward would have written. */
+static inline void relu_mask_row(const float *restrict dy, const float *restrict h,
+                                 const float *restrict a, const float *restrict b, float relu,
+                                 int cols, float *restrict g)
+{
+    for (int j = 0; j < cols; j++) {
+        float p = a[j] * h[j] + b[j];
+        g[j] = p > 0 && p < relu ? dy[j] : 0.0f;
+    }
+}
+
+/* col_sums of the masked gradient (g: a row of scratch) */
+DT_CLONES static void masked_sums(const float *restrict dy, const float *restrict h, size_t rows,
+                                  int cols, const float *restrict a, const float *restrict b,
+                                  float relu, float *restrict g, double *restrict s,
+                                  double *restrict t)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *hr = h + r * (size_t)cols;
+        relu_mask_row(dy + r * (size_t)cols, hr, a, b, relu, cols, g);
+        for (int j = 0; j < cols; j++) {
+            s[j] += g[j];
+            t[j] += (double)g[j] * hr[j];
+        }
+    }
+}
+
+DT_CLONES static void masked_dx(const float *restrict dy, const float *restrict h,
+                                float *restrict dx, size_t rows, int cols, const float *restrict k,
+                                const float *restrict m1, const float *restrict m2,
+                                const float *restrict a, const float *restrict b, float relu,
+                                float *restrict g, bool acc)
+{
+    for (size_t r = 0; r < rows; r++) {
+        size_t o = r * (size_t)cols;
+        relu_mask_row(dy + o, h + o, a, b, relu, cols, g);
+        if (acc)
+            for (int j = 0; j < cols; j++)
+                dx[o + j] += k[j] * (g[j] - m1[j] - h[o + j] * m2[j]);
+        else
+            for (int j = 0; j < cols; j++)
+                dx[o + j] = k[j] * (g[j] - m1[j] - h[o + j] * m2[j]);
+    }
+}
+
 static void cpu_bn_bwd(const float *dy, const float *xhat, size_t rows, int cols,
-                       const float *gamma, const float *svar, float eps, float *dx, bool acc,
-                       float *dgamma, float *dbeta)
+                       const float *gamma, const float *beta, const float *svar, float eps,
+                       float *dx, bool acc, float *dgamma, float *dbeta, float relu)
 {
     double *s = calloc(2 * (size_t)cols, sizeof(double)); /* sum dy, sum dy*xhat */
-    float *f = malloc(3 * (size_t)cols * sizeof(float));
+    float *f = malloc(6 * (size_t)cols * sizeof(float));
     if (!s || !f)
         abort();
-    col_sums(dy, xhat, rows, cols, s, s + cols);
+    float *k = f, *m1 = f + cols, *m2 = f + 2 * (size_t)cols, *ga = f + 3 * (size_t)cols;
+    float *be = f + 4 * (size_t)cols, *g = f + 5 * (size_t)cols;
+    for (int j = 0; j < cols; j++) {
+        ga[j] = gamma ? gamma[j] : 1.0f;
+        be[j] = beta ? beta[j] : 0.0f;
+    }
+    if (relu >= 0)
+        masked_sums(dy, xhat, rows, cols, ga, be, relu, g, s, s + cols);
+    else
+        col_sums(dy, xhat, rows, cols, s, s + cols);
     if (dgamma)
         for (int j = 0; j < cols; j++)
             dgamma[j] += (float)s[cols + j];
@@ -462,13 +522,15 @@ static void cpu_bn_bwd(const float *dy, const float *xhat, size_t rows, int cols
         for (int j = 0; j < cols; j++)
             dbeta[j] += (float)s[j];
     if (dx) {
-        float *k = f, *m1 = f + cols, *m2 = f + 2 * (size_t)cols;
         for (int j = 0; j < cols; j++) {
-            k[j] = (gamma ? gamma[j] : 1.0f) / sqrtf(svar[j] + eps);
+            k[j] = ga[j] / sqrtf(svar[j] + eps);
             m1[j] = (float)(s[j] / (double)rows);
             m2[j] = (float)(s[cols + j] / (double)rows);
         }
-        bn_dx(dy, xhat, dx, rows, cols, k, m1, m2, acc);
+        if (relu >= 0)
+            masked_dx(dy, xhat, dx, rows, cols, k, m1, m2, ga, be, relu, g, acc);
+        else
+            bn_dx(dy, xhat, dx, rows, cols, k, m1, m2, acc);
     }
     free(s);
     free(f);

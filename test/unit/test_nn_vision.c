@@ -575,6 +575,25 @@ DT_TEST_TIMEOUT(nn_vision_mobilenet_v2, 120)
     }
     ASSERT_TRUE(seen);
     dt_model_free(m);
+    /* At 96x96 (the job test's and the benchmark's size) the same counts, and out_relu is 3x3 */
+    json = mobilenet_json(96);
+    m = nn_build(json, 1);
+    free(json);
+    dt_model_param_counts(m, &total, &tr, &nt);
+    ASSERT_EQ(total, 2260546);
+    ASSERT_EQ(nt, 34112);
+    seen = false;
+    for (size_t i = 0; i < dt_model_layer_count(m); i++) {
+        dt_model_layer l;
+        dt_model_layer_info(m, i, &l);
+        if (strcmp(l.name, "out_relu") == 0) {
+            ASSERT_EQ(l.shape[0], 3);
+            ASSERT_EQ(l.shape[1], 3);
+            seen = true;
+        }
+    }
+    ASSERT_TRUE(seen);
+    dt_model_free(m);
     /* It runs a training step: a finite loss and a non-zero, finite gradient. */
     json = mobilenet_json(32);
     m = nn_build(json, 1);
@@ -595,4 +614,71 @@ DT_TEST_TIMEOUT(nn_vision_mobilenet_v2, 120)
     printf("MobileNetV2 32x32, batch 4: loss %.4f, gradient norm %.4g\n", st.loss, sqrt(sq));
     nn_data_free(&d);
     dt_model_free(m);
+}
+
+/* ---- BatchNormalization -> ReLU fused (model.c's fuse_bn_relu) ------------------------------ */
+
+/* Conv -> BN -> [Activation(linear)] -> ReLU(relu_cfg) -> Conv -> BN -> ReLU -> GAP -> Dense:
+ * with the linear activation in between the batch norm has another consumer and nothing is
+ * fused. */
+static const char *bn_relu_model(const char *relu_cfg, bool split)
+{
+    static char buf[8192];
+    char relu[512];
+    snprintf(relu, sizeof relu, "{\"class_name\": \"ReLU\", \"config\": {%s}}", relu_cfg);
+    snprintf(buf, sizeof buf, "%s",
+             nn_seq("6, 5, 3", CONV_SAME,
+                    "{\"class_name\": \"BatchNormalization\", \"config\": {}}",
+                    split ? "{\"class_name\": \"Activation\", \"config\": {\"activation\": "
+                            "\"linear\"}}"
+                          : relu,
+                    split ? relu : DW(", \"padding\": \"same\""),
+                    split ? DW(", \"padding\": \"same\"") : FLATTEN, split ? FLATTEN : DENSE3,
+                    split ? DENSE3 : NULL, NULL));
+    return buf;
+}
+
+DT_TEST(nn_vision_bn_relu_fused_equals_unfused)
+{
+    /* ReLU6 as MobileNet writes it, a plain ReLU, and ReLU(max_value=0.5): the fused batch norm
+     * computes the ReLU's output and gradient bit for bit; a sloped ReLU is not fused but
+     * trains alike. */
+    const char *cfgs[] = {"\"max_value\": 6.0, \"negative_slope\": 0.0, \"threshold\": 0.0", "",
+                          "\"max_value\": 0.5", "\"negative_slope\": 0.1"};
+    dt_loss loss = {.kind = DT_NN_LOSS_SPARSE_CE, .from_logits = true};
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        dt_model *m[2];
+        float *pred[2];
+        double lv[2];
+        for (int k = 0; k < 2; k++)
+            m[k] = nn_build(bn_relu_model(cfgs[i], k == 1), 3);
+        size_t np0, np1; /* the same initial weights (the extra layer moves the draws) */
+        float *p0 = dt_model_params(m[0], &np0), *p1 = dt_model_params(m[1], &np1);
+        ASSERT_EQ(np0, np1);
+        memcpy(p1, p0, np0 * sizeof(float));
+        for (int k = 0; k < 2; k++) {
+            nn_data d = nn_random(m[k], 5, loss.kind, 4);
+            dt_model_batch b = nn_batch(&d, loss.kind);
+            dt_err err = {0};
+            dt_step_stats st;
+            for (int step = 0; step < 2; step++) /* the moving statistics move twice */
+                ASSERT_OK(dt_model_train_step(m[k], &loss, &b, 5, &st, &err), &err);
+            lv[k] = st.loss;
+            pred[k] = malloc(5 * 3 * sizeof(float));
+            ASSERT_OK(dt_model_predict(m[k], d.x, 5, pred[k], &err), &err);
+            nn_data_free(&d);
+        }
+        ASSERT_TRUE(lv[0] == lv[1]);
+        size_t n0, n1;
+        const float *g0 = dt_model_grads(m[0], &n0), *g1 = dt_model_grads(m[1], &n1);
+        ASSERT_EQ(n0, n1);
+        ASSERT_TRUE(memcmp(g0, g1, n0 * sizeof(float)) == 0);
+        ASSERT_TRUE(memcmp(pred[0], pred[1], 5 * 3 * sizeof(float)) == 0); /* inference too */
+        printf("ReLU {%s}: loss %.6f, %zu gradients and the predictions equal bit for bit\n",
+               cfgs[i], lv[0], n0);
+        for (int k = 0; k < 2; k++) {
+            dt_model_free(m[k]);
+            free(pred[k]);
+        }
+    }
 }
