@@ -263,9 +263,10 @@ typedef void (*dt_data_progress_fn)(void *arg, size_t done, size_t total);
 
 typedef struct dt_data_load_opts {
     /* The shard this process will read: with policy resolving to FILE and num_workers > 1, an
-     * image folder decodes only the files of worker_index (file f when f % W == w); the other
-     * files keep their place and label (every worker plans the same steps) with no pixels
-     * (x_row). DATA and OFF read every element, so everything is decoded. */
+     * image folder decodes only the files of worker_index (file f when f % W == w), and a
+     * TFRecord source only their records' JPEG/PNG features; the other files keep their place
+     * and labels (every worker plans the same steps) with no pixels (x_row). DATA and OFF read
+     * every element, so everything is decoded. */
     dt_shard_policy policy;
     int num_workers, worker_index; /* 0 workers: one */
     dt_data_progress_fn progress;  /* optional; runs on the calling thread */
@@ -288,6 +289,14 @@ dt_status dt_idx_load(const char *images, const char *labels, float scale, int i
                       const int64_t *image_shape, dt_dataset **out, dt_err *err);
 dt_status dt_csv_load(const dt_data_source *src, dt_dataset **out, dt_err *err);
 dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *err);
+/* dt_tfrecord_load for one worker (o may be NULL: every record decoded). When o's policy
+ * resolves to FILE over several workers and a feature is uint8 bytes (JPEG/PNG images), every
+ * record of every file is still read - counts, labels and errors other than an image's are
+ * every worker's - but only the records of this worker's files have their images decoded and a
+ * row (x_row); with on_error "skip" a bad image of ours keeps its example, with no row, as an
+ * image folder's shard does (see dt_dataset_load_shard). */
+dt_status dt_tfrecord_load_shard(const dt_data_source *src, const dt_data_load_opts *o,
+                                 dt_dataset **out, dt_err *err);
 /* Decodes src->files (an indexed image folder) with a pool of src->image.threads threads,
  * placing results by file index, so the bytes do not depend on the thread count; row i is
  * file i. o (may be NULL) restricts decoding to a FILE shard (see dt_dataset_load_shard). */

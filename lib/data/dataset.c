@@ -132,7 +132,7 @@ dt_status dt_dataset_load_shard(const dt_data_source *src, const dt_data_load_op
     case DT_DATA_FORMAT_CSV:
         return dt_csv_load(src, out, err);
     case DT_DATA_FORMAT_TFRECORD:
-        return dt_tfrecord_load(src, out, err);
+        return dt_tfrecord_load_shard(src, o, out, err);
     case DT_DATA_FORMAT_IMAGE_FOLDER:
         return dt_image_folder_load(src, o, out, err);
     }

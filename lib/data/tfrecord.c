@@ -230,8 +230,17 @@ typedef struct load_state {
      * fi) holds the values decode_image_feature would compute, or its error. */
     struct predecode *pre;
     size_t pre_j; /* the chunk's record being loaded */
-    float *lv;         /* the record's label values */
+    float *lv;    /* the record's label values */
     size_t lv_cap;
+    /* A FILE shard (dt_tfrecord_load_shard): every record is read, so the record counts,
+     * labels and errors other than images are every worker's, but only the records of this
+     * worker's files (plan) have their images decoded and a row (x_row). */
+    dt_shard_plan plan;
+    bool partial;
+    bool hold;     /* the record being loaded is this worker's: its images are decoded */
+    size_t *x_row; /* (n) when partial */
+    size_t n_row, cap_row;
+    size_t rows; /* rows of x */
 } load_state;
 
 /* A chunk of records whose resized image features are decoded in parallel before the records
@@ -269,6 +278,8 @@ static dt_status decode_image_feature(load_state *ls, size_t fi, const ProtobufC
     if (o.channels != 1 && o.channels != 3 && o.channels != 4)
         return dt_err_set(err, DT_EINVAL, "%s: %d channels: an image has 1, 3 or 4", what,
                           o.channels);
+    if (!ls->hold) /* another worker's file: no row, so nothing to decode */
+        return DT_OK;
     ls->image_failed = true;
     size_t slot = ls->pre ? ls->pre_j * ls->pre->nf + fi : 0;
     if (ls->pre && ls->pre->state[slot] == 2) {
@@ -497,7 +508,7 @@ static void *pre_run(void *arg)
         size_t j = slot / pd->nf, fi = slot % pd->nf;
         const ProtobufCBinaryData *b;
         pd->state[slot] = 0;
-        if (!pre_eligible(ls, fi, pd->ex[j], &b))
+        if (!dt_shard_reads_file(&ls->plan, pd->fidx[j]) || !pre_eligible(ls, fi, pd->ex[j], &b))
             continue;
         const dt_data_feature *f = &ls->feat[fi];
         if (!pd->buf[slot] && !(pd->buf[slot] = malloc(ls->per_record[fi] * sizeof(float))))
@@ -588,23 +599,46 @@ typedef struct rec_sink {
 } rec_sink;
 
 /* Loads one record (row is scratch) and appends it, or leaves it out when an image in it did not
- * decode and on_error is "skip". */
+ * decode and on_error is "skip". A FILE shard keeps every record as an example: another
+ * worker's, and one of ours that was skipped, with its label and no row (x_row SIZE_MAX), since
+ * the other workers, which did not decode it, plan their steps with it. */
 static dt_status load_one(load_state *ls, const Tensorflow__Example *ex, const char *where,
                           size_t fidx, float *row, size_t row_size, rec_sink *k, dt_err *err)
 {
     size_t nyi = ls->nyi, ny = ls->y.len;
     ls->image_failed = false;
+    ls->hold = dt_shard_reads_file(&ls->plan, fidx);
     dt_status st = load_record(ls, ex, where, row, row_size, err);
-    if (st != DT_OK && ls->image_failed && ls->src->image.on_error == DT_ON_ERROR_SKIP) {
+    bool skip = st != DT_OK && ls->image_failed && ls->src->image.on_error == DT_ON_ERROR_SKIP;
+    if (skip) {
         if ((*k->skipped)++ == 0)
             *k->first_skip = *err;
         ls->nyi = nyi; /* the record's label, if it came first, goes too */
         ls->y.len = ny;
-        return DT_OK;
+        if (!ls->partial)
+            return DT_OK;
+        /* read again without its images, as the other workers read it (its label back) */
+        ls->hold = false;
+        st = load_record(ls, ex, where, row, row_size, err);
     }
     if (st != DT_OK)
         return st;
-    DT_TRY(dt__fvec_push(&ls->x, row, row_size, where, err));
+    bool has_row = ls->hold;
+    if (ls->partial) {
+        if (ls->n_row == ls->cap_row) {
+            size_t cap = ls->cap_row ? 2 * ls->cap_row : 1024;
+            size_t *p = realloc(ls->x_row, cap * sizeof *p);
+            if (!p)
+                return dt_err_set(err, DT_ENOMEM, "%s: out of memory", where);
+            ls->x_row = p;
+            ls->cap_row = cap;
+        }
+        ls->x_row[ls->n_row++] = has_row ? ls->rows : SIZE_MAX;
+    }
+    if (has_row) {
+        DT_TRY(dt__fvec_push(&ls->x, row, row_size, where, err));
+        ls->rows++;
+    }
     (*k->n)++;
     k->counts[fidx]++;
     return DT_OK;
@@ -632,13 +666,33 @@ static dt_status pre_flush(load_state *ls, predecode *pd, float *row, size_t row
 
 dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *err)
 {
+    return dt_tfrecord_load_shard(src, NULL, out, err);
+}
+
+dt_status dt_tfrecord_load_shard(const dt_data_source *src, const dt_data_load_opts *o,
+                                 dt_dataset **out, dt_err *err)
+{
+    *out = NULL;
+    /* A FILE shard is worth it when records carry images (uint8 bytes, JPEG/PNG by magic):
+     * numeric features cost little to read everywhere, and Normalization's adapt() then sees
+     * every example as before. */
+    dt_shard_plan plan = {.policy = DT_SHARD_OFF, .num_workers = 1};
+    bool bytes = false;
+    for (size_t fi = 0; fi < src->nfeatures; fi++)
+        bytes |= src->features[fi].dtype == DT_DATA_DTYPE_UINT8 &&
+                 !(src->label[0] && strcmp(src->label, src->features[fi].name) == 0);
+    if (o && o->num_workers > 1 && bytes)
+        DT_TRY(
+            dt_shard_resolve(o->policy, src->nfiles, o->num_workers, o->worker_index, &plan, err));
+    if (plan.policy != DT_SHARD_FILE)
+        plan = (dt_shard_plan){.policy = DT_SHARD_OFF, .num_workers = 1};
     dt_status st = DT_OK;
     dt_dataset *ds = NULL;
     dt_tfrecord_reader *r = NULL;
     Tensorflow__Example *ex = NULL;
     float *row = NULL;
     size_t *counts = calloc(src->nfiles + 1, sizeof(size_t));
-    load_state ls = {.src = src};
+    load_state ls = {.src = src, .plan = plan, .partial = plan.policy == DT_SHARD_FILE};
     ls.x.max = ls.y.max = DT_MAX_DATA_FILE / sizeof(float);
     ls.feat = calloc(src->nfeatures + 1, sizeof *ls.feat);
     ls.per_record = calloc(src->nfeatures + 1, sizeof(size_t));
@@ -646,7 +700,6 @@ dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *
     size_t skipped = 0;
     dt_err first_skip = {0};
     predecode *pd = NULL;
-    *out = NULL;
     if (!counts || !ls.feat || !ls.per_record || !ls.img_fixed) {
         st = dt_err_set(err, DT_ENOMEM, "tfrecord: out of memory");
         goto fail;
@@ -731,6 +784,13 @@ dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *
     }
     if (pd && pd->n)
         DT_TRY_GOTO(pre_flush(&ls, pd, row, row_size, &sink, err), st, fail);
+    if (ls.partial && ls.rows == 0 && skipped) {
+        st = dt_err_set(err, DT_EINVAL,
+                        "tfrecord: all %zu records of this worker's files (FILE shard %d of %d) "
+                        "had images that did not decode; first: %s",
+                        skipped, plan.worker_index, plan.num_workers, first_skip.msg);
+        goto fail;
+    }
     if (n == 0 && skipped) {
         st = dt_err_set(err, DT_EINVAL,
                         "tfrecord: all %zu records had images that did not "
@@ -746,8 +806,29 @@ dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *
     if (skipped)
         DT_WARN("data",
                 "tfrecord: skipped %zu records whose image did not decode (\"on_error\": "
-                "\"skip\"); first: %s",
-                skipped, first_skip.msg);
+                "\"skip\")%s; first: %s",
+                skipped,
+                ls.partial ? " (each leaves its step one example short: the other workers plan "
+                             "with it)"
+                           : "",
+                first_skip.msg);
+    if (ls.partial) {
+        size_t mine = 0;
+        for (size_t f = plan.worker_index; f < src->nfiles; f += (size_t)plan.num_workers)
+            mine++;
+        DT_INFO("data",
+                "tfrecord: decoded the images of %zu of %zu records (this worker's FILE shard: "
+                "%zu of %zu files)",
+                ls.rows, n, mine, src->nfiles);
+        if (!ls.x.v && !(ls.x.v = malloc(sizeof(float)))) { /* no row here: x is not NULL */
+            st = dt_err_set(err, DT_ENOMEM, "tfrecord: out of memory");
+            goto fail;
+        }
+        ds->x_row = ls.x_row;
+        ls.x_row = NULL;
+        ds->shard_workers = plan.num_workers;
+        ds->shard_index = plan.worker_index;
+    }
     ds->n = n;
     ds->x_f32 = ls.x.v;
     ls.x.v = NULL;
@@ -797,5 +878,6 @@ fail:
     free(ls.y.v);
     free(ls.yi);
     free(ls.lv);
+    free(ls.x_row);
     return st;
 }
