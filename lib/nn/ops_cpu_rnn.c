@@ -8,13 +8,13 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The LSTM cell spends most of a step in sigmoid and tanh: libm's expf and tanhf are scalar
- * calls (tanhf through expm1f), 5 a unit forward and 10 backward. The loops below compute them
- * over a block of units with branch-free code the compiler vectorises (this file is built with
- * -ftree-vectorize, see the Makefile): Cephes's expf (|error| <= 1 ulp on the reduced range) and
- * tanhf (its odd polynomial below 0.625, (1 - e) / (1 + e) with e = exp(-2|x|) above), within
- * 2-3 ulp of libm. The backward pass takes the derivatives from the activations (s (1 - s),
- * 1 - t^2) instead of computing them again. */
+/* The LSTM and GRU cells spend most of a step in sigmoid and tanh: libm's expf and tanhf are
+ * scalar calls (tanhf through expm1f), 5 a unit forward and 10 backward in an LSTM. The loops
+ * below compute them over a block of units with branch-free code the compiler vectorises (this
+ * file is built with -ftree-vectorize, see the Makefile): Cephes's expf (|error| <= 1 ulp on the
+ * reduced range) and tanhf (its odd polynomial below 0.625, (1 - e) / (1 + e) with
+ * e = exp(-2|x|) above), within 2-3 ulp of libm. The backward pass takes the derivatives from
+ * the activations (s (1 - s), 1 - t^2) instead of computing them again. */
 #define BLOCK 64
 
 /* 8 lanes where the CPU has AVX2 (chosen at load time), 4 (SSE2) elsewhere. No FMA: the values
@@ -214,6 +214,54 @@ static void lstm_row_bwd(const dt_nn_rnn_step *s, float *a, const float *c0, con
     }
 }
 
+/* One unmasked row of a GRU step (reset_after) forward: a_z += r_z, a_r += r_r, q = r_h, h1. */
+static void gru_row_fwd(const dt_nn_rnn_step *s, float *a, const float *r, const float *h0,
+                        float *h1, float *q)
+{
+    int u = s->u;
+    for (int j = 0; j < 2 * u; j++)
+        a[j] += r[j];
+    for (int j = 0; j < u; j++)
+        q[j] = r[2 * u + j];
+    for (int j0 = 0; j0 < u; j0 += BLOCK) {
+        int m = u - j0 < BLOCK ? u - j0 : BLOCK;
+        float z[BLOCK], rr[BLOCK], ah[BLOCK], hh[BLOCK];
+        act_vec(s->rec, a + j0, z, m);
+        act_vec(s->rec, a + u + j0, rr, m);
+        for (int j = 0; j < m; j++)
+            ah[j] = a[2 * u + j0 + j] + rr[j] * q[j0 + j];
+        act_vec(s->act, ah, hh, m);
+        for (int j = 0; j < m; j++)
+            h1[j0 + j] = z[j] * h0[j0 + j] + (1 - z[j]) * hh[j];
+    }
+}
+
+/* One unmasked row of a GRU step (reset_after) backward: the gate gradients into a and r. */
+static void gru_row_bwd(const dt_nn_rnn_step *s, float *a, float *r, const float *h0,
+                        const float *q, float *dh, const float *dy)
+{
+    int u = s->u;
+    for (int j0 = 0; j0 < u; j0 += BLOCK) {
+        int m = u - j0 < BLOCK ? u - j0 : BLOCK;
+        float z[BLOCK], dz[BLOCK], rr[BLOCK], drr[BLOCK], ah[BLOCK], hh[BLOCK], dhh[BLOCK];
+        act_dact_vec(s->rec, a + j0, z, dz, m);
+        act_dact_vec(s->rec, a + u + j0, rr, drr, m);
+        for (int j = 0; j < m; j++)
+            ah[j] = a[2 * u + j0 + j] + rr[j] * q[j0 + j];
+        act_dact_vec(s->act, ah, hh, dhh, m);
+        for (int j = 0; j < m; j++) {
+            int k = j0 + j;
+            float dh1 = dh[k] + (dy ? dy[k] : 0.0f);
+            float dah = dh1 * (1 - z[j]) * dhh[j];
+            a[k] = r[k] = dh1 * (h0[k] - hh[j]) * dz[j];
+            a[u + k] = r[u + k] = dah * q[k] * drr[j];
+            a[2 * u + k] = dah;
+            r[2 * u + k] = dah * rr[j];
+            dh[k] = dh1 * z[j];
+        }
+    }
+}
+
 void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s)
 {
     int u = s->u, gu = gates(s->cell) * u;
@@ -226,9 +274,14 @@ void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s)
         const float *h0 = s->h0 + (size_t)b * u;
         float *h1 = s->h1 + (size_t)b * u;
         float *q = s->q ? s->q + (size_t)b * u : NULL;
-        if (real && s->cell == DT_NN_CELL_LSTM)
+        /* the vectorised rows; the loop below does the masked rows and the other cells */
+        bool fast =
+            real && (s->cell == DT_NN_CELL_LSTM || (s->cell == DT_NN_CELL_GRU && s->reset_after));
+        if (fast && s->cell == DT_NN_CELL_LSTM)
             lstm_row_fwd(s, a, r, s->c0 + (size_t)b * u, s->c1 + (size_t)b * u, h1);
-        for (int j = 0; j < u && !(real && s->cell == DT_NN_CELL_LSTM); j++) {
+        else if (fast)
+            gru_row_fwd(s, a, r, h0, h1, q);
+        for (int j = 0; j < u && !fast; j++) {
             if (!real) {
                 if (final)
                     h1[j] = h0[j];
@@ -309,6 +362,10 @@ void dt__nn_cpu_rnn_bwd(const dt_nn_rnn_step *s)
         if (real && s->cell == DT_NN_CELL_LSTM) {
             lstm_row_bwd(s, a, s->c0 + (size_t)b * u, s->c1 + (size_t)b * u, s->dc + (size_t)b * u,
                          dh, dy);
+            continue;
+        }
+        if (real && s->cell == DT_NN_CELL_GRU && s->reset_after) {
+            gru_row_bwd(s, a, r, h0, q, dh, dy);
             continue;
         }
         for (int j = 0; j < u; j++) {

@@ -1,9 +1,9 @@
-/* test_nn_rnn_cell.c - the CPU LSTM cell kernel (ops->rnn_fwd / rnn_bwd) against a float64
- * reference of the contract in nn/ops.h, one timestep at a time: 150 units (the kernel works in
- * blocks of 64, so two whole blocks and a remainder), pre-activations from -40 to 40 (the
- * vectorised exp clamps its argument; tanh switches formula at |x| = 0.625), the activation pairs
- * Keras uses (tanh/sigmoid, tanh/hard_sigmoid, relu/sigmoid), a masked row in between, and a NaN
- * that must stay a NaN. */
+/* test_nn_rnn_cell.c - the CPU LSTM and GRU (reset_after) cell kernels (ops->rnn_fwd / rnn_bwd)
+ * against a float64 reference of the contract in nn/ops.h, one timestep at a time: 150 units (the
+ * kernel works in blocks of 64, so two whole blocks and a remainder), pre-activations from -40 to
+ * 40 (the vectorised exp clamps its argument; tanh switches formula at |x| = 0.625), the activation
+ * pairs Keras uses (tanh/sigmoid, tanh/both hard_sigmoids, relu/sigmoid), a masked row in between,
+ * and a NaN that must stay a NaN. */
 #include "dt_test.h"
 #include "nn/ops.h"
 
@@ -45,6 +45,8 @@ static double rdact(dt_nn_cell_act k, double x)
         return x > 0;
     case DT_NN_CACT_HARD_SIGMOID2:
         return x > -2.5 && x < 2.5 ? 0.2 : 0;
+    case DT_NN_CACT_HARD_SIGMOID3:
+        return x > -3 && x < 3 ? 1.0 / 6 : 0;
     default:
         return 1;
     }
@@ -162,6 +164,94 @@ static void check(dt_nn_cell_act act, dt_nn_cell_act rec, unsigned seed)
             near(dc[k], d * f, 2e-6, "dc", b, j);
             ASSERT_TRUE(dh[k] == 0.0f);
         }
+}
+
+/* The GRU with reset_after (Keras 2's tf2 and Keras 3's default): r holds h0 U + the recurrent
+ * bias; forward a_z += r_z, a_r += r_r, q = r_h, h1 = z h0 + (1 - z) act(a_h + rec(a_r) q);
+ * backward the gradients of a and of r (they differ in the h gate). */
+static void check_gru(dt_nn_cell_act act, dt_nn_cell_act rec, unsigned seed)
+{
+    const dt_nn_ops *o = dt_nn_ops_cpu();
+    enum { GG = 3 * U_ };
+    static float a[N_ * GG], a0[N_ * GG], r[N_ * GG], r0[N_ * GG], q[N_ * U_], h0[N_ * U_],
+        h1[N_ * U_], y[N_ * U_], dy[N_ * U_], dh[N_ * U_], dh0[N_ * U_];
+    float mask[N_] = {1, 0, 1};
+    for (int k = 0; k < N_ * GG; k++) {
+        float w = k / GG == 2 ? 40.0f : 6.0f;
+        a[k] = a0[k] = uni(&seed, -w, w);
+        r[k] = r0[k] = uni(&seed, -1, 1);
+    }
+    for (int k = 0; k < N_ * U_; k++) {
+        h0[k] = uni(&seed, -1, 1);
+        dy[k] = uni(&seed, -1, 1);
+        dh[k] = dh0[k] = uni(&seed, -1, 1);
+    }
+    a[2 * U_ + 5] = a0[2 * U_ + 5] = NAN; /* row 0's candidate, unit 5 */
+    dt_nn_rnn_step st = {.cell = DT_NN_CELL_GRU,
+                         .n = N_,
+                         .u = U_,
+                         .act = act,
+                         .rec = rec,
+                         .reset_after = true,
+                         .zero_masked = true,
+                         .mask = mask,
+                         .ldm = 1,
+                         .a = a,
+                         .lda = GG,
+                         .r = r,
+                         .q = q,
+                         .h0 = h0,
+                         .h1 = h1,
+                         .y = y,
+                         .ldy = U_};
+    o->rnn_fwd(&st);
+    for (int b = 0; b < N_; b++)
+        for (int j = 0; j < U_; j++) {
+            size_t k = (size_t)b * U_ + j, i = (size_t)b * GG + j;
+            if (!mask[b]) {
+                ASSERT_TRUE(h1[k] == h0[k] && y[k] == 0.0f);
+                continue;
+            }
+            double az = (double)a0[i] + r0[i], ar = (double)a0[i + U_] + r0[i + U_];
+            double qq = r0[i + 2 * U_], z = ract(rec, az);
+            double hh = ract(act, a0[i + 2 * U_] + ract(rec, ar) * qq);
+            near(q[k], qq, 0, "q", b, j);
+            near(h1[k], z * h0[k] + (1 - z) * hh, 1e-6, "h1", b, j);
+            if (act == DT_NN_CACT_TANH)
+                ASSERT_TRUE(isnan(h1[k]) == (b == 0 && j == 5));
+        }
+    float pre[N_ * GG];
+    memcpy(pre, a, sizeof pre);
+    st.dy = dy;
+    st.dh = dh;
+    o->rnn_bwd(&st);
+    for (int b = 0; b < N_; b++)
+        for (int j = 0; j < U_; j++) {
+            size_t k = (size_t)b * U_ + j, i = (size_t)b * GG + j;
+            if (!mask[b]) {
+                for (int g = 0; g < 3; g++)
+                    ASSERT_TRUE(a[i + g * U_] == 0.0f && r[i + g * U_] == 0.0f);
+                ASSERT_TRUE(dh[k] == dh0[k]);
+                continue;
+            }
+            double az = pre[i], ar = pre[i + U_], z = ract(rec, az), rr = ract(rec, ar);
+            double ah = pre[i + 2 * U_] + rr * q[k], hh = ract(act, ah);
+            double dh1 = (double)dh0[k] + dy[k], dah = dh1 * (1 - z) * rdact(act, ah);
+            near(a[i], dh1 * (h0[k] - hh) * rdact(rec, az), 2e-6, "d a_z", b, j);
+            near(a[i + U_], dah * q[k] * rdact(rec, ar), 2e-6, "d a_r", b, j);
+            near(a[i + 2 * U_], dah, 2e-6, "d a_h", b, j);
+            near(r[i], a[i], 0, "d r_z", b, j);
+            near(r[i + U_], a[i + U_], 0, "d r_r", b, j);
+            near(r[i + 2 * U_], dah * rr, 2e-6, "d r_h", b, j);
+            near(dh[k], dh1 * z, 2e-6, "dh", b, j);
+        }
+}
+
+DT_TEST(nn_rnn_cell_gru_kernel_vs_float64)
+{
+    check_gru(DT_NN_CACT_TANH, DT_NN_CACT_SIGMOID, 4);
+    check_gru(DT_NN_CACT_TANH, DT_NN_CACT_HARD_SIGMOID3, 5);
+    check_gru(DT_NN_CACT_RELU, DT_NN_CACT_SIGMOID, 6);
 }
 
 DT_TEST(nn_rnn_cell_lstm_kernel_vs_float64)
