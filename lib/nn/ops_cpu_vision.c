@@ -116,10 +116,10 @@ DT_CLONES static void dw_fwd1(const dt_nn_win *gp, const float *restrict x, cons
             }
 }
 
-/* mult 1 backward: per output pixel and tap, dk += x dy and dx += dy k over a vector of
- * channels, in the general loop's order (so the same bits). dk is written (zeroed first). */
-DT_CLONES static void dw_bwd1(const dt_nn_win *gp, const float *restrict x, const float *restrict k,
-                              const float *restrict dy, float *restrict dk, float *restrict dx)
+/* mult 1, the kernel's gradient: per output pixel and tap, dk += x dy over a vector of
+ * channels, in the general loop's order (so the same bits). dk is zeroed first. */
+DT_CLONES static void dw_dk1(const dt_nn_win *gp, const float *restrict x, const float *restrict dy,
+                             float *restrict dk)
 {
     const dt_nn_win g = *gp;
     const int c = g.c;
@@ -130,31 +130,75 @@ DT_CLONES static void dw_bwd1(const dt_nn_win *gp, const float *restrict x, cons
                 int nt = dw_taps(&g, s, oy, ox, xo, ko);
                 const float *dp = dy + (((size_t)s * g.oh + oy) * g.ow + ox) * c;
                 for (int t = 0; t < nt; t++) {
-                    const float *xp = x + xo[t], *kp = k + ko[t];
-                    float *dkp = dk ? dk + ko[t] : NULL, *dxp = dx ? dx + xo[t] : NULL;
+                    const float *xp = x + xo[t];
+                    float *dkp = dk + ko[t];
                     int ci = 0;
                     for (; ci + 8 <= c; ci += 8) {
                         dt_v8f d, v, w;
                         memcpy(&d, dp + ci, sizeof d);
-                        if (dkp) {
-                            memcpy(&v, xp + ci, sizeof v);
-                            memcpy(&w, dkp + ci, sizeof w);
-                            w += v * d;
-                            memcpy(dkp + ci, &w, sizeof w);
-                        }
-                        if (dxp) {
-                            memcpy(&v, kp + ci, sizeof v);
-                            memcpy(&w, dxp + ci, sizeof w);
-                            w += d * v;
-                            memcpy(dxp + ci, &w, sizeof w);
-                        }
+                        memcpy(&v, xp + ci, sizeof v);
+                        memcpy(&w, dkp + ci, sizeof w);
+                        w += v * d;
+                        memcpy(dkp + ci, &w, sizeof w);
                     }
-                    for (; ci < c; ci++) {
-                        if (dkp)
-                            dkp[ci] += xp[ci] * dp[ci];
-                        if (dxp)
-                            dxp[ci] += dp[ci] * kp[ci];
+                    for (; ci < c; ci++)
+                        dkp[ci] += xp[ci] * dp[ci];
+                }
+            }
+}
+
+/* The output pixels that input pixel (iy, ix) of sample s feeds, as offsets in dy (yo) and the
+ * taps that reach it (ko), in the order the output-major loop adds them: output rows
+ * ascending, so taps in reverse window order. Returns their count. */
+static int dw_sources(const dt_nn_win *g, int s, int iy, int ix, size_t *yo, size_t *ko)
+{
+    int nt = 0, dh = dil(g->dil_h), dw = dil(g->dil_w);
+    for (int ky = g->kh - 1; ky >= 0; ky--) {
+        int ny = iy + g->pt - ky * dh;
+        if (ny < 0 || ny % g->sh || ny / g->sh >= g->oh)
+            continue;
+        for (int kx = g->kw - 1; kx >= 0; kx--) {
+            int nx = ix + g->pl - kx * dw;
+            if (nx < 0 || nx % g->sw || nx / g->sw >= g->ow)
+                continue;
+            yo[nt] = (((size_t)s * g->oh + ny / g->sh) * g->ow + nx / g->sw) * g->c;
+            ko[nt++] = ((size_t)ky * g->kw + kx) * g->c;
+        }
+    }
+    return nt;
+}
+
+/* mult 1, dx (=/+=) the gradient gathered per input pixel in registers: the same additions in
+ * the same order as scattering output by output into a zeroed (or the given) dx, without
+ * clearing dx first or reading and writing it once per tap. */
+DT_CLONES static void dw_dx1(const dt_nn_win *gp, const float *restrict k, const float *restrict dy,
+                             float *restrict dx, bool acc)
+{
+    const dt_nn_win g = *gp;
+    const int c = g.c;
+    size_t yo[DW_MAX_TAPS], ko[DW_MAX_TAPS];
+    for (int s = 0; s < g.n; s++)
+        for (int iy = 0; iy < g.h; iy++)
+            for (int ix = 0; ix < g.w; ix++) {
+                int nt = dw_sources(&g, s, iy, ix, yo, ko);
+                float *xp = dx + (((size_t)s * g.h + iy) * g.w + ix) * c;
+                int ci = 0;
+                for (; ci + 8 <= c; ci += 8) {
+                    dt_v8f a = {0}, dv, kv;
+                    if (acc)
+                        memcpy(&a, xp + ci, sizeof a);
+                    for (int t = 0; t < nt; t++) {
+                        memcpy(&dv, dy + yo[t] + ci, sizeof dv);
+                        memcpy(&kv, k + ko[t] + ci, sizeof kv);
+                        a += dv * kv;
                     }
+                    memcpy(xp + ci, &a, sizeof a);
+                }
+                for (; ci < c; ci++) {
+                    float a = acc ? xp[ci] : 0.0f;
+                    for (int t = 0; t < nt; t++)
+                        a += dy[yo[t] + ci] * k[ko[t] + ci];
+                    xp[ci] = a;
                 }
             }
 }
@@ -188,12 +232,15 @@ void dt__nn_cpu_dw_bwd(const dt_nn_win *g, int mult, const float *x, const float
     int c = g->c;
     if (dk)
         memset(dk, 0, (size_t)g->kh * g->kw * c * mult * sizeof(float));
-    if (dx && !acc)
-        memset(dx, 0, (size_t)g->n * g->h * g->w * c * sizeof(float));
     if (mult == 1 && g->kh * g->kw <= DW_MAX_TAPS) {
-        dw_bwd1(g, x, k, dy, dk, dx);
+        if (dk)
+            dw_dk1(g, x, dy, dk);
+        if (dx)
+            dw_dx1(g, k, dy, dx, acc);
         return;
     }
+    if (dx && !acc)
+        memset(dx, 0, (size_t)g->n * g->h * g->w * c * sizeof(float));
     DW_LOOP(g, mult, {
         const float *dyp = dy + yo, *kp = k + kr, *xp = x + xr;
         for (int ci = 0; ci < c; ci++) {

@@ -682,3 +682,75 @@ DT_TEST(nn_vision_bn_relu_fused_equals_unfused)
         }
     }
 }
+
+/* The vectorised depthwise kernels (depth_multiplier 1) add in the order of the plain loops
+ * below - per output 0 + tap 0 + tap 1 ...; dk and dx output by output, taps in window order -
+ * so their bits equal these loops' on any machine. */
+DT_TEST(nn_vision_depthwise_kernels_keep_the_summation_order)
+{
+    const dt_nn_ops *o = dt_nn_ops_cpu();
+    /* n, h, w, c, k, stride, pad top/left, dilation: interior and borders, 8/4/1-wide tails */
+    const int cases[][8] = {{3, 9, 8, 21, 3, 1, 1, 1},
+                            {3, 9, 8, 13, 3, 2, 0, 1},
+                            {2, 8, 9, 8, 3, 2, 1, 1},
+                            {2, 9, 9, 5, 3, 1, 2, 2}};
+    dt_rng r;
+    dt_rng_seed(&r, 12);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int *q = cases[ci];
+        dt_nn_win g = {.n = q[0],
+                       .h = q[1],
+                       .w = q[2],
+                       .c = q[3],
+                       .kh = q[4],
+                       .kw = q[4],
+                       .sh = q[5],
+                       .sw = q[5],
+                       .pt = q[6],
+                       .pl = q[6],
+                       .dil_h = q[7],
+                       .dil_w = q[7]};
+        int span = (g.kh - 1) * q[7] + 1;
+        g.oh = (g.h + 2 * g.pt - span) / g.sh + 1;
+        g.ow = (g.w + 2 * g.pl - span) / g.sw + 1;
+        size_t nx = (size_t)g.n * g.h * g.w * g.c, ny = (size_t)g.n * g.oh * g.ow * g.c;
+        size_t nk = (size_t)g.kh * g.kw * g.c;
+        float *x = malloc(nx * 4), *k = malloc(nk * 4), *dy = malloc(ny * 4);
+        float *y = malloc(ny * 4), *dx = malloc(nx * 4), *dk = malloc(nk * 4);
+        float *ry = calloc(ny, 4), *rdx = calloc(nx, 4), *rdk = calloc(nk, 4);
+        for (size_t i = 0; i < nx; i++)
+            x[i] = (float)dt_rng_normal(&r);
+        for (size_t i = 0; i < nk; i++)
+            k[i] = (float)dt_rng_normal(&r);
+        for (size_t i = 0; i < ny; i++)
+            dy[i] = (float)dt_rng_normal(&r);
+        o->dw_fwd(&g, 1, x, k, y);
+        o->dw_bwd(&g, 1, x, k, dy, dk, dx, false);
+        o->dw_bwd(&g, 1, x, k, dy, NULL, dx, true); /* adds a second time onto dx */
+        for (int pass = 0; pass < 2; pass++)
+            for (int s = 0; s < g.n; s++)
+                for (int oy = 0; oy < g.oh; oy++)
+                    for (int ox = 0; ox < g.ow; ox++)
+                        for (int ky = 0; ky < g.kh; ky++)
+                            for (int kx = 0; kx < g.kw; kx++) {
+                                int iy = oy * g.sh - g.pt + ky * q[7];
+                                int ix = ox * g.sw - g.pl + kx * q[7];
+                                if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
+                                    continue;
+                                size_t yo = (((size_t)s * g.oh + oy) * g.ow + ox) * g.c;
+                                size_t xo = (((size_t)s * g.h + iy) * g.w + ix) * g.c;
+                                size_t ko = ((size_t)ky * g.kw + kx) * g.c;
+                                for (int ch = 0; ch < g.c; ch++) {
+                                    if (pass == 0) {
+                                        ry[yo + ch] += x[xo + ch] * k[ko + ch];
+                                        rdk[ko + ch] += x[xo + ch] * dy[yo + ch];
+                                    }
+                                    rdx[xo + ch] += dy[yo + ch] * k[ko + ch];
+                                }
+                            }
+        ASSERT_TRUE(memcmp(y, ry, ny * 4) == 0);
+        ASSERT_TRUE(memcmp(dk, rdk, nk * 4) == 0);
+        ASSERT_TRUE(memcmp(dx, rdx, nx * 4) == 0);
+        free(x), free(k), free(dy), free(y), free(dx), free(dk), free(ry), free(rdx), free(rdk);
+    }
+}
