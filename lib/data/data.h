@@ -271,9 +271,10 @@ typedef struct dt_data_load_opts {
     int num_workers, worker_index; /* 0 workers: one */
     dt_data_progress_fn progress;  /* optional; runs on the calling thread */
     void *progress_arg;
-    /* Image folders: index only - every file an example with its label and the image_size
-     * shape, no pixel decoded (what a job's validation at submit needs; a bad file is then
-     * found by the worker that decodes it). The dataset feeds no pipeline. */
+    /* Image folders and TFRecord sources with image bytes: index only - every file (record) an
+     * example with its label and the declared shape, no pixel decoded (what a job's validation at
+     * submit needs; a bad file is then found by the worker that decodes it). The dataset feeds no
+     * pipeline. */
     bool index_only;
 } dt_data_load_opts;
 
@@ -294,7 +295,8 @@ dt_status dt_tfrecord_load(const dt_data_source *src, dt_dataset **out, dt_err *
  * record of every file is still read - counts, labels and errors other than an image's are
  * every worker's - but only the records of this worker's files have their images decoded and a
  * row (x_row); with on_error "skip" a bad image of ours keeps its example, with no row, as an
- * image folder's shard does (see dt_dataset_load_shard). */
+ * image folder's shard does (see dt_dataset_load_shard). o->index_only: no image decoded, no
+ * row (shard_workers -1). */
 dt_status dt_tfrecord_load_shard(const dt_data_source *src, const dt_data_load_opts *o,
                                  dt_dataset **out, dt_err *err);
 /* Decodes src->files (an indexed image folder) with a pool of src->image.threads threads,

@@ -85,8 +85,15 @@ dt_status dt_dataset_split(dt_dataset *ds, double fraction, dt_dataset **val, dt
         if ((ok = ok && v->field))                                                                 \
             memcpy(v->field, ds->field + at * (per), bytes_);                                      \
     }
-    DT_SPLIT_TAIL(x_u8, ds->x_size)
-    DT_SPLIT_TAIL(x_f32, ds->x_size)
+    if (index) { /* an index holds no pixels (x is one placeholder element): nor does its tail */
+        if (ds->x_u8)
+            ok = ok && (v->x_u8 = malloc(1));
+        if (ds->x_f32)
+            ok = ok && (v->x_f32 = malloc(sizeof(float)));
+    } else {
+        DT_SPLIT_TAIL(x_u8, ds->x_size)
+        DT_SPLIT_TAIL(x_f32, ds->x_size)
+    }
     DT_SPLIT_TAIL(y_i32, 1)
     DT_SPLIT_TAIL(y_f32, ds->y_size)
     DT_SPLIT_TAIL(x_row, 1)

@@ -237,8 +237,9 @@ typedef struct load_state {
      * worker's files (plan) have their images decoded and a row (x_row). */
     dt_shard_plan plan;
     bool partial;
-    bool hold;     /* the record being loaded is this worker's: its images are decoded */
-    size_t *x_row; /* (n) when partial */
+    bool index_only; /* no record's images decoded (a job's checks at submit) */
+    bool hold;       /* the record being loaded is this worker's: its images are decoded */
+    size_t *x_row;   /* (n) when partial */
     size_t n_row, cap_row;
     size_t rows; /* rows of x */
 } load_state;
@@ -508,7 +509,8 @@ static void *pre_run(void *arg)
         size_t j = slot / pd->nf, fi = slot % pd->nf;
         const ProtobufCBinaryData *b;
         pd->state[slot] = 0;
-        if (!dt_shard_reads_file(&ls->plan, pd->fidx[j]) || !pre_eligible(ls, fi, pd->ex[j], &b))
+        if (ls->index_only || !dt_shard_reads_file(&ls->plan, pd->fidx[j]) ||
+            !pre_eligible(ls, fi, pd->ex[j], &b))
             continue;
         const dt_data_feature *f = &ls->feat[fi];
         if (!pd->buf[slot] && !(pd->buf[slot] = malloc(ls->per_record[fi] * sizeof(float))))
@@ -607,7 +609,7 @@ static dt_status load_one(load_state *ls, const Tensorflow__Example *ex, const c
 {
     size_t nyi = ls->nyi, ny = ls->y.len;
     ls->image_failed = false;
-    ls->hold = dt_shard_reads_file(&ls->plan, fidx);
+    ls->hold = !ls->index_only && dt_shard_reads_file(&ls->plan, fidx);
     dt_status st = load_record(ls, ex, where, row, row_size, err);
     bool skip = st != DT_OK && ls->image_failed && ls->src->image.on_error == DT_ON_ERROR_SKIP;
     if (skip) {
@@ -686,13 +688,19 @@ dt_status dt_tfrecord_load_shard(const dt_data_source *src, const dt_data_load_o
             dt_shard_resolve(o->policy, src->nfiles, o->num_workers, o->worker_index, &plan, err));
     if (plan.policy != DT_SHARD_FILE)
         plan = (dt_shard_plan){.policy = DT_SHARD_OFF, .num_workers = 1};
+    /* index only (what a job's checks at submit need: counts, shapes, labels): no image is
+     * decoded; a bad one is found by the worker that decodes it, as in an image folder */
+    bool index_only = o && o->index_only && bytes;
     dt_status st = DT_OK;
     dt_dataset *ds = NULL;
     dt_tfrecord_reader *r = NULL;
     Tensorflow__Example *ex = NULL;
     float *row = NULL;
     size_t *counts = calloc(src->nfiles + 1, sizeof(size_t));
-    load_state ls = {.src = src, .plan = plan, .partial = plan.policy == DT_SHARD_FILE};
+    load_state ls = {.src = src,
+                     .plan = plan,
+                     .partial = plan.policy == DT_SHARD_FILE || index_only,
+                     .index_only = index_only};
     ls.x.max = ls.y.max = DT_MAX_DATA_FILE / sizeof(float);
     ls.feat = calloc(src->nfeatures + 1, sizeof *ls.feat);
     ls.per_record = calloc(src->nfeatures + 1, sizeof(size_t));
@@ -816,18 +824,19 @@ dt_status dt_tfrecord_load_shard(const dt_data_source *src, const dt_data_load_o
         size_t mine = 0;
         for (size_t f = plan.worker_index; f < src->nfiles; f += (size_t)plan.num_workers)
             mine++;
-        DT_INFO("data",
-                "tfrecord: decoded the images of %zu of %zu records (this worker's FILE shard: "
-                "%zu of %zu files)",
-                ls.rows, n, mine, src->nfiles);
+        if (!index_only)
+            DT_INFO("data",
+                    "tfrecord: decoded the images of %zu of %zu records (this worker's FILE shard: "
+                    "%zu of %zu files)",
+                    ls.rows, n, mine, src->nfiles);
         if (!ls.x.v && !(ls.x.v = malloc(sizeof(float)))) { /* no row here: x is not NULL */
             st = dt_err_set(err, DT_ENOMEM, "tfrecord: out of memory");
             goto fail;
         }
         ds->x_row = ls.x_row;
         ls.x_row = NULL;
-        ds->shard_workers = plan.num_workers;
-        ds->shard_index = plan.worker_index;
+        ds->shard_workers = index_only ? -1 : plan.num_workers;
+        ds->shard_index = index_only ? 0 : plan.worker_index;
     }
     ds->n = n;
     ds->x_f32 = ls.x.v;

@@ -281,8 +281,9 @@ dt_status dt_train_validate(const dt_jobspec *spec, dt_train_info *info, dt_err 
         dt_err_prefix(err, "$.initial_weights");
         goto fail;
     }
-    /* Image folders are indexed, not decoded: shapes and labels are what is checked here, and
-     * each worker decodes its own files when the job prepares (naming a bad one then). */
+    /* Image folders and TFRecord images are indexed, not decoded: shapes and labels are what
+     * is checked here, and each worker decodes its own files when the job prepares (naming a
+     * bad one then). */
     dt_data_load_opts lo = {.index_only = true};
     if ((st = dt_dataset_load_shard(&ds.train, &lo, &tr, err)) != DT_OK) {
         dt_err_prefix(err, "$.data.train");

@@ -344,6 +344,14 @@ DT_TEST_TIMEOUT(data_image_index_only_decodes_nothing, 120)
     dt_pipeline *p;
     ASSERT_STATUS(dt_pipeline_new(ds, &o, &p, &err), DT_EINVAL);
     ASSERT_CONTAINS(err.msg, "indexed, not decoded");
+    /* $.fit.validation_split at submit splits the index by count (no pixels to copy) */
+    dt_dataset *val;
+    ASSERT_OK(dt_dataset_split(ds, 0.25, &val, &err), &err);
+    ASSERT_EQ(ds->n, 6);
+    ASSERT_EQ(val->n, 2);
+    ASSERT_EQ(val->shard_workers, -1);
+    ASSERT_EQ(val->y_i32[1], spec.train.file_labels[7]);
+    dt_dataset_free(val);
     dt_dataset_free(ds);
     dt_data_spec_destroy(&spec);
 }

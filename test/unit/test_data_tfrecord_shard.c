@@ -348,3 +348,86 @@ DT_TEST_TIMEOUT(data_tfrecord_shard_bad_images_by_owner, 120)
     dt_dataset_free(full);
     dt_data_source_destroy(&src);
 }
+
+/* What a job's checks at submit load (index_only): every record with its label, no image
+ * decoded (a cut JPEG does not fail it), nothing a pipeline can be fed; the validation_split
+ * of an index splits by count. Records without image bytes load as before. */
+DT_TEST_TIMEOUT(data_tfrecord_index_only_decodes_nothing, 120)
+{
+    img_need_python(false);
+    char paths[NFILES][1400];
+    const int cut[1] = {20};
+    write_files("ti", cut, 1, paths);
+    dt_data_source src;
+    parse_src(paths, "fail", 2, &src);
+    dt_err err = {0};
+    dt_dataset *ds;
+    ASSERT_STATUS(dt_dataset_load(&src, &ds, &err), DT_EINVAL); /* decoded: record 20 fails */
+    ASSERT_CONTAINS(err.msg, "part2.tfrecord: record 1 at byte");
+    dt_data_load_opts lo = {.index_only = true};
+    ASSERT_OK(dt_dataset_load_shard(&src, &lo, &ds, &err), &err);
+    ASSERT_EQ(ds->n, 50);
+    ASSERT_EQ(ds->shard_workers, -1);
+    ASSERT_EQ(ds->x_size, 16 * 20 * 3);
+    ASSERT_EQ(ds->x_rank, 3);
+    ASSERT_EQ(ds->num_classes, 3);
+    ASSERT_EQ(ds->file_start[NFILES], 50);
+    for (size_t i = 0; i < 50; i++) {
+        ASSERT_EQ(ds->x_row[i], SIZE_MAX);
+        ASSERT_EQ(ds->y_i32[i], (int32_t)(i % 3));
+    }
+    dt_pipeline_opts o = dt_pipeline_opts_default();
+    o.global_batch = 4;
+    dt_pipeline *p;
+    ASSERT_STATUS(dt_pipeline_new(ds, &o, &p, &err), DT_EINVAL);
+    ASSERT_CONTAINS(err.msg, "indexed, not decoded");
+    dt_dataset *val;
+    ASSERT_OK(dt_dataset_split(ds, 0.2, &val, &err), &err);
+    ASSERT_EQ(ds->n, 40);
+    ASSERT_EQ(val->n, 10);
+    ASSERT_EQ(val->y_i32[0], 40 % 3);
+    dt_dataset_free(val);
+    dt_dataset_free(ds);
+    dt_data_source_destroy(&src);
+
+    /* no image bytes: index_only changes nothing */
+    char csvish[1400];
+    snprintf(csvish, sizeof csvish, "%s/ti/nums.tfrecord", dt_test_tmpdir());
+    float v = 1.5f;
+    Tensorflow__FloatList fl = TENSORFLOW__FLOAT_LIST__INIT;
+    fl.n_value = 1;
+    fl.value = &v;
+    Tensorflow__Feature f = TENSORFLOW__FEATURE__INIT;
+    f.kind_case = TENSORFLOW__FEATURE__KIND_FLOAT_LIST;
+    f.float_list = &fl;
+    Tensorflow__Features__FeatureEntry e = TENSORFLOW__FEATURES__FEATURE_ENTRY__INIT;
+    e.key = "x";
+    e.value = &f;
+    Tensorflow__Features__FeatureEntry *ep = &e;
+    Tensorflow__Features fs = TENSORFLOW__FEATURES__INIT;
+    fs.n_feature = 1;
+    fs.feature = &ep;
+    Tensorflow__Example ex = TENSORFLOW__EXAMPLE__INIT;
+    ex.features = &fs;
+    size_t len = tensorflow__example__get_packed_size(&ex);
+    uint8_t packed[256], framed[512];
+    ASSERT_LE(len, sizeof packed);
+    tensorflow__example__pack(&ex, packed);
+    dt_tfrecord_frame(packed, len, framed);
+    ASSERT_OK(dt_file_write_atomic(csvish, framed, len + 16, &err), &err);
+    char spec[2000];
+    snprintf(spec, sizeof spec,
+             "{\"format\": \"tfrecord\", \"files\": \"%s\", \"features\": {\"x\": {\"dtype\": "
+             "\"float32\"}}}",
+             csvish);
+    cJSON *obj = cJSON_Parse(spec);
+    ASSERT_OK(dt_data_source_parse(obj, "$.data.train", NULL, &src, &err), &err);
+    cJSON_Delete(obj);
+    ASSERT_OK(dt_dataset_load_shard(&src, &lo, &ds, &err), &err);
+    ASSERT_EQ(ds->n, 1);
+    ASSERT_TRUE(ds->x_row == NULL);
+    ASSERT_EQ(ds->shard_workers, 0);
+    ASSERT_EQ(ds->x_f32[0], 1.5f);
+    dt_dataset_free(ds);
+    dt_data_source_destroy(&src);
+}
