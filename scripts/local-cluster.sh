@@ -154,7 +154,9 @@ cmd_start() {
       waiting=()
       for ((i = 0; i < n; i++)); do
         [[ -e $DIR/worker-$i.ready ]] && continue
-        if ! pid_alive "$DIR/worker-$i.pid"; then
+        # The pid is the child just started, not a stale one: pid_alive's look at its command
+        # line would race with setsid's exec of dtraind under load and call it gone.
+        if ! running "$(cat "$DIR/worker-$i.pid")"; then
           echo "local-cluster: worker $i exited before the cluster formed; last lines of its log:" >&2
           tail -n 20 "$DIR/worker-$i.log" >&2 || true
           exit 1
