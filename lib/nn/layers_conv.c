@@ -106,15 +106,7 @@ static dt_status conv_parse(dt__nn_layer *l, const cJSON *cfg, dt_err *err)
     DT_TRY(common_spatial_opts(l, cfg, err));
     DT_TRY(dt__nn_cfg_activation(l, cfg, "activation", &l->act, err));
     DT_TRY(dt__nn_cfg_bool(l, cfg, "use_bias", true, &l->use_bias, err));
-    DT_TRY(
-        dt__nn_cfg_init(l, cfg, "kernel_initializer", DT_NN_INIT_GLOROT_UNIFORM_, &l->kinit, err));
-    DT_TRY(dt__nn_cfg_init(l, cfg, "bias_initializer", (dt__nn_init){.kind = DT_NN_INIT_ZEROS},
-                           &l->binit, err));
-    DT_TRY(dt__nn_cfg_regularizer(l, cfg, "kernel_regularizer", &l->kl1, &l->kl2, err));
-    DT_TRY(dt__nn_cfg_regularizer(l, cfg, "bias_regularizer", &l->bl1, &l->bl2, err));
-    DT_TRY(dt__nn_cfg_null(l, cfg, "activity_regularizer", err));
-    DT_TRY(dt__nn_cfg_null(l, cfg, "kernel_constraint", err));
-    DT_TRY(dt__nn_cfg_null(l, cfg, "bias_constraint", err));
+    DT_TRY(dt__nn_cfg_kernel_bias(l, cfg, err));
     return dt__nn_cfg_null(l, cfg, "lora_rank", err);
 }
 
