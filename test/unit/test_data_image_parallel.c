@@ -103,49 +103,6 @@ DT_TEST_TIMEOUT(data_image_parallel_same_bytes_any_thread_count, 120)
     ASSERT_CONTAINS(err.msg, "$.data.train.num_parallel_calls");
 }
 
-/* Every batch of every epoch of worker w: (index, label, pixels) equal between a pipeline over
- * the full data set and one over w's shard. Returns the examples seen. */
-static size_t same_batches(const dt_dataset *full, const dt_dataset *part, dt_shard_policy pol,
-                           int W, int w)
-{
-    dt_err err = {0};
-    dt_pipeline_opts o = dt_pipeline_opts_default();
-    o.global_batch = 4 * W;
-    o.num_replicas = W;
-    o.replica_rank = w;
-    o.policy = pol;
-    o.shuffle.kind = DT_SHUFFLE_FULL;
-    o.seed = 11;
-    dt_pipeline *pa, *pb;
-    ASSERT_OK(dt_pipeline_new(full, &o, &pa, &err), &err);
-    ASSERT_OK(dt_pipeline_new(part, &o, &pb, &err), &err);
-    ASSERT_EQ(dt_pipeline_steps_per_epoch(pa), dt_pipeline_steps_per_epoch(pb));
-    size_t seen = 0;
-    for (int e = 0; e < 2; e++) {
-        ASSERT_OK(dt_pipeline_epoch_begin(pa, e, &err), &err);
-        ASSERT_OK(dt_pipeline_epoch_begin(pb, e, &err), &err);
-        for (;;) {
-            const dt_batch *a, *b;
-            ASSERT_OK(dt_pipeline_next(pa, &a, dt_deadline_in(30000), &err), &err);
-            ASSERT_OK(dt_pipeline_next(pb, &b, dt_deadline_in(30000), &err), &err);
-            ASSERT_EQ(a == NULL, b == NULL);
-            if (!a)
-                break;
-            ASSERT_EQ(a->n, b->n);
-            ASSERT_EQ(a->global_n, b->global_n);
-            for (int i = 0; i < a->n; i++) {
-                ASSERT_EQ(a->index[i], b->index[i]);
-                ASSERT_EQ(a->y_i32[i], b->y_i32[i]);
-            }
-            ASSERT_EQ(memcmp(a->x, b->x, (size_t)a->n * full->x_size * sizeof(float)), 0);
-            seen += (size_t)a->n;
-        }
-    }
-    dt_pipeline_free(pa);
-    dt_pipeline_free(pb);
-    return seen;
-}
-
 DT_TEST_TIMEOUT(data_image_parallel_decodes_only_the_file_shard, 120)
 {
     img_need_python(false);
@@ -181,9 +138,9 @@ DT_TEST_TIMEOUT(data_image_parallel_decodes_only_the_file_shard, 120)
             held++;
         }
         ASSERT_EQ(held, (23 - (size_t)w + 2) / 3);
-        total += same_batches(full, part, DT_SHARD_FILE, W, w);
+        total += img_same_batches(full, part, DT_SHARD_FILE, W, w, 11, NULL);
         /* AUTO resolves to FILE here (23 files >= 3 workers): the same shard */
-        same_batches(full, part, DT_SHARD_AUTO, W, w);
+        img_same_batches(full, part, DT_SHARD_AUTO, W, w, 11, NULL);
         /* a pipeline for another worker or policy is refused, not fed holes */
         dt_pipeline_opts o = dt_pipeline_opts_default();
         o.global_batch = 3;
@@ -204,7 +161,7 @@ DT_TEST_TIMEOUT(data_image_parallel_decodes_only_the_file_shard, 120)
         ASSERT_TRUE(part->x_row == NULL);
         ASSERT_EQ(part->shard_workers, 0);
         ASSERT_EQ(memcmp(part->x_u8, full->x_u8, full->n * full->x_size), 0);
-        same_batches(full, part, DT_SHARD_DATA, W, w);
+        img_same_batches(full, part, DT_SHARD_DATA, W, w, 11, NULL);
         dt_dataset_free(part);
     }
     ASSERT_EQ(total, 2 * 23); /* two epochs of the whole set over the three workers */

@@ -120,50 +120,6 @@ static int file_of(size_t r)
     return f;
 }
 
-/* Every batch of two epochs of worker w: (index, label, pixels, global_n) equal between a
- * pipeline over the full data set and one over w's shard. Returns the examples seen. */
-static size_t same_batches(const dt_dataset *full, const dt_dataset *part, dt_shard_policy pol,
-                           int W, int w)
-{
-    dt_err err = {0};
-    dt_pipeline_opts o = dt_pipeline_opts_default();
-    o.global_batch = 4 * W;
-    o.num_replicas = W;
-    o.replica_rank = w;
-    o.policy = pol;
-    o.shuffle.kind = DT_SHUFFLE_FULL;
-    o.seed = 5;
-    dt_pipeline *pa, *pb;
-    ASSERT_OK(dt_pipeline_new(full, &o, &pa, &err), &err);
-    ASSERT_OK(dt_pipeline_new(part, &o, &pb, &err), &err);
-    ASSERT_EQ(dt_pipeline_steps_per_epoch(pa), dt_pipeline_steps_per_epoch(pb));
-    size_t seen = 0;
-    for (int e = 0; e < 2; e++) {
-        ASSERT_OK(dt_pipeline_epoch_begin(pa, e, &err), &err);
-        ASSERT_OK(dt_pipeline_epoch_begin(pb, e, &err), &err);
-        for (;;) {
-            const dt_batch *a, *b;
-            ASSERT_OK(dt_pipeline_next(pa, &a, dt_deadline_in(30000), &err), &err);
-            ASSERT_OK(dt_pipeline_next(pb, &b, dt_deadline_in(30000), &err), &err);
-            ASSERT_EQ(a == NULL, b == NULL);
-            if (!a)
-                break;
-            ASSERT_EQ(a->n, b->n);
-            ASSERT_EQ(a->global_n, b->global_n);
-            for (int i = 0; i < a->n; i++) {
-                ASSERT_EQ(a->index[i], b->index[i]);
-                ASSERT_EQ(a->y_i32[i], b->y_i32[i]);
-                ASSERT_EQ(file_of(b->index[i]) % W, w);
-            }
-            ASSERT_EQ(memcmp(a->x, b->x, (size_t)a->n * full->x_size * sizeof(float)), 0);
-            seen += (size_t)a->n;
-        }
-    }
-    dt_pipeline_free(pa);
-    dt_pipeline_free(pb);
-    return seen;
-}
-
 DT_TEST_TIMEOUT(data_tfrecord_shard_decodes_only_its_files, 120)
 {
     img_need_python(false);
@@ -206,9 +162,9 @@ DT_TEST_TIMEOUT(data_tfrecord_shard_decodes_only_its_files, 120)
                 held++;
             }
             ASSERT_EQ(held, want);
-            total += same_batches(full, part, DT_SHARD_FILE, W, w);
+            total += img_same_batches(full, part, DT_SHARD_FILE, W, w, 5, file_of);
             /* AUTO resolves to FILE (5 files >= W workers): the same shard */
-            same_batches(full, part, DT_SHARD_AUTO, W, w);
+            img_same_batches(full, part, DT_SHARD_AUTO, W, w, 5, file_of);
             /* a pipeline for another worker or for DATA is refused, not fed holes */
             dt_pipeline_opts o = dt_pipeline_opts_default();
             o.global_batch = W;

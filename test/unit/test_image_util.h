@@ -83,4 +83,52 @@ static inline double img_maxdiff_f32(const float *a, const float *b, size_t n)
     return m;
 }
 
+/* Every batch of two epochs of worker w of W: (index, label, pixels, global_n) equal between a
+ * pipeline over the full data set and one over w's shard (FILE, AUTO or DATA). file_of (NULL:
+ * not checked) gives an example's file, which under FILE must be one of w's. Returns the
+ * examples seen. */
+static inline size_t img_same_batches(const dt_dataset *full, const dt_dataset *part,
+                                      dt_shard_policy pol, int W, int w, uint64_t seed,
+                                      int (*file_of)(size_t))
+{
+    dt_err err = {0};
+    dt_pipeline_opts o = dt_pipeline_opts_default();
+    o.global_batch = 4 * W;
+    o.num_replicas = W;
+    o.replica_rank = w;
+    o.policy = pol;
+    o.shuffle.kind = DT_SHUFFLE_FULL;
+    o.seed = seed;
+    dt_pipeline *pa, *pb;
+    ASSERT_OK(dt_pipeline_new(full, &o, &pa, &err), &err);
+    ASSERT_OK(dt_pipeline_new(part, &o, &pb, &err), &err);
+    ASSERT_EQ(dt_pipeline_steps_per_epoch(pa), dt_pipeline_steps_per_epoch(pb));
+    size_t seen = 0;
+    for (int e = 0; e < 2; e++) {
+        ASSERT_OK(dt_pipeline_epoch_begin(pa, e, &err), &err);
+        ASSERT_OK(dt_pipeline_epoch_begin(pb, e, &err), &err);
+        for (;;) {
+            const dt_batch *a, *b;
+            ASSERT_OK(dt_pipeline_next(pa, &a, dt_deadline_in(30000), &err), &err);
+            ASSERT_OK(dt_pipeline_next(pb, &b, dt_deadline_in(30000), &err), &err);
+            ASSERT_EQ(a == NULL, b == NULL);
+            if (!a)
+                break;
+            ASSERT_EQ(a->n, b->n);
+            ASSERT_EQ(a->global_n, b->global_n);
+            for (int i = 0; i < a->n; i++) {
+                ASSERT_EQ(a->index[i], b->index[i]);
+                ASSERT_EQ(a->y_i32[i], b->y_i32[i]);
+                if (file_of && pol != DT_SHARD_DATA)
+                    ASSERT_EQ(file_of((size_t)b->index[i]) % W, w);
+            }
+            ASSERT_EQ(memcmp(a->x, b->x, (size_t)a->n * full->x_size * sizeof(float)), 0);
+            seen += (size_t)a->n;
+        }
+    }
+    dt_pipeline_free(pa);
+    dt_pipeline_free(pb);
+    return seen;
+}
+
 #endif
