@@ -237,40 +237,29 @@ DT_TEST(nn_attn_keras2_call_form)
     check(json);
 }
 
-static void refused(const char *json, const char *a, const char *b)
-{
-    dt_err err = {0};
-    dt_model *m = NULL;
-    dt_model_opts o = {.seed = 1};
-    ASSERT_TRUE(dt_model_from_json(json, strlen(json), &o, &m, &err) != DT_OK);
-    ASSERT_TRUE(m == NULL);
-    ASSERT_CONTAINS(err.msg, a);
-    if (b)
-        ASSERT_CONTAINS(err.msg, b);
-}
-
 DT_TEST(nn_attn_refusals)
 {
-    refused(self_model("{\"key_dim\": 3}", NULL), "(MultiHeadAttention 'mha')", "'num_heads'");
-    refused(self_model("{\"num_heads\": 2}", NULL), "(MultiHeadAttention 'mha')", "'key_dim'");
-    refused(self_model(MHA_CFG(", \"dropout\": 1.5"), NULL), "'mha'", "'dropout'");
-    refused(self_model(MHA_CFG(", \"attention_axes\": [2]"), NULL), "'mha'", "'attention_axes'");
-    refused(self_model(MHA_CFG(", \"output_shape\": [2, 3]"), NULL), "'mha'", "'output_shape'");
-    refused(self_model(MHA_CFG(", \"kernel_constraint\": \"non_neg\""), NULL), "'mha'",
-            "'kernel_constraint'");
-    refused(self_model(MHA_CFG(", \"flavour\": 1"), NULL), "mha", "flavour");
-    refused(self_model(MHA_CFG(""), "{\"return_attention_scores\": true}"), "'mha'",
-            "'return_attention_scores'");
-    refused(self_model(MHA_CFG(""), "{\"attention_mask\": \"$d\"}"), "'mha'", "'attention_mask'");
+    nn_refused(self_model("{\"key_dim\": 3}", NULL), "(MultiHeadAttention 'mha')", "'num_heads'");
+    nn_refused(self_model("{\"num_heads\": 2}", NULL), "(MultiHeadAttention 'mha')", "'key_dim'");
+    nn_refused(self_model(MHA_CFG(", \"dropout\": 1.5"), NULL), "'mha'", "'dropout'");
+    nn_refused(self_model(MHA_CFG(", \"attention_axes\": [2]"), NULL), "'mha'", "'attention_axes'");
+    nn_refused(self_model(MHA_CFG(", \"output_shape\": [2, 3]"), NULL), "'mha'", "'output_shape'");
+    nn_refused(self_model(MHA_CFG(", \"kernel_constraint\": \"non_neg\""), NULL), "'mha'",
+               "'kernel_constraint'");
+    nn_refused(self_model(MHA_CFG(", \"flavour\": 1"), NULL), "mha", "flavour");
+    nn_refused(self_model(MHA_CFG(""), "{\"return_attention_scores\": true}"), "'mha'",
+               "'return_attention_scores'");
+    nn_refused(self_model(MHA_CFG(""), "{\"attention_mask\": \"$d\"}"), "'mha'",
+               "'attention_mask'");
 
     fmodel f = fm_new("[null, 5, 6]");
     fm_add(&f, "Dense", "d", "{\"units\": 6}", "in", NULL);
     fm_add(&f, "MultiHeadAttention", "mha", MHA_CFG(""), "d", NULL);
-    refused(fm_done(&f, "mha"), "'mha'", "mha(x, x)");
+    nn_refused(fm_done(&f, "mha"), "'mha'", "mha(x, x)");
 
     f = fm_new("[null, 4, 4, 2]");
     fm_add(&f, "MultiHeadAttention", "mha", MHA_CFG(""), "in,in", NULL);
-    refused(fm_done(&f, "mha"), "'mha'", "(steps, features)");
+    nn_refused(fm_done(&f, "mha"), "'mha'", "(steps, features)");
 }
 
 /* ---- float64 PyTorch parity ---------------------------------------------------------------- */

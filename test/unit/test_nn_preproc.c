@@ -113,39 +113,32 @@ DT_TEST(nn_preproc_adapt)
     dt_model_free(m);
 }
 
-static void refused(const char *json, const char *what)
-{
-    dt_err err = {0};
-    dt_model *m = NULL;
-    dt_model_opts o = {.seed = 1};
-    ASSERT_TRUE(dt_model_from_json(json, strlen(json), &o, &m, &err) != DT_OK);
-    ASSERT_CONTAINS(err.msg, what);
-}
-
 DT_TEST(nn_preproc_refusals)
 {
-    refused(nn_seq("3", NORM(", \"mean\": [1, 2, 3]"), NULL), "give both 'mean' and 'variance'");
-    refused(nn_seq("3", NORM(", \"mean\": [1, 2], \"variance\": [1, 2]"), NULL),
-            "option 'mean': 2 values for 3 features");
-    refused(nn_seq("3", NORM(", \"mean\": 0, \"variance\": -1"), NULL),
-            "option 'variance': value 0 is negative");
-    refused(nn_seq("2, 3", NORM(", \"axis\": 1"), NULL), "option 'axis'");
-    refused(nn_seq("3", NORM(", \"mean\": \"x\", \"variance\": 1"), NULL), "option 'mean'");
-    refused(nn_seq("4",
-                   "{\"class_name\": \"CategoryEncoding\", \"config\": {\"num_tokens\": 5, "
-                   "\"output_mode\": \"tf_idf\"}}",
-                   NULL),
-            "\"tf_idf\" is not supported");
-    refused(nn_seq("4",
-                   "{\"class_name\": \"CategoryEncoding\", \"config\": {\"num_tokens\": 5, "
-                   "\"output_mode\": \"one_hot\"}}",
-                   NULL),
-            "takes one id a sample");
-    refused(nn_seq("4",
-                   "{\"class_name\": \"CategoryEncoding\", \"config\": {\"num_tokens\": 5, "
-                   "\"sparse\": true}}",
-                   NULL),
-            "option 'sparse'");
+    nn_refused(nn_seq("3", NORM(", \"mean\": [1, 2, 3]"), NULL), "give both 'mean' and 'variance'",
+               NULL);
+    nn_refused(nn_seq("3", NORM(", \"mean\": [1, 2], \"variance\": [1, 2]"), NULL),
+               "option 'mean': 2 values for 3 features", NULL);
+    nn_refused(nn_seq("3", NORM(", \"mean\": 0, \"variance\": -1"), NULL),
+               "option 'variance': value 0 is negative", NULL);
+    nn_refused(nn_seq("2, 3", NORM(", \"axis\": 1"), NULL), "option 'axis'", NULL);
+    nn_refused(nn_seq("3", NORM(", \"mean\": \"x\", \"variance\": 1"), NULL), "option 'mean'",
+               NULL);
+    nn_refused(nn_seq("4",
+                      "{\"class_name\": \"CategoryEncoding\", \"config\": {\"num_tokens\": 5, "
+                      "\"output_mode\": \"tf_idf\"}}",
+                      NULL),
+               "\"tf_idf\" is not supported", NULL);
+    nn_refused(nn_seq("4",
+                      "{\"class_name\": \"CategoryEncoding\", \"config\": {\"num_tokens\": 5, "
+                      "\"output_mode\": \"one_hot\"}}",
+                      NULL),
+               "takes one id a sample", NULL);
+    nn_refused(nn_seq("4",
+                      "{\"class_name\": \"CategoryEncoding\", \"config\": {\"num_tokens\": 5, "
+                      "\"sparse\": true}}",
+                      NULL),
+               "option 'sparse'", NULL);
 }
 
 DT_TEST(nn_preproc_category_encoding)

@@ -17,26 +17,6 @@
 
 static const dt_loss sce_logits = {.kind = DT_NN_LOSS_SPARSE_CE, .from_logits = true};
 
-static dt_model *load(const char *json, dt_err *err, dt_status *st)
-{
-    dt_model *m = NULL;
-    dt_model_opts o = {.seed = 1};
-    *st = dt_model_from_json(json, strlen(json), &o, &m, err);
-    return m;
-}
-
-static void refused(const char *json, const char *a, const char *b)
-{
-    dt_err err = {0};
-    dt_status st;
-    dt_model *m = load(json, &err, &st);
-    ASSERT_TRUE(st != DT_OK);
-    ASSERT_TRUE(m == NULL);
-    ASSERT_CONTAINS(err.msg, a);
-    if (b)
-        ASSERT_CONTAINS(err.msg, b);
-}
-
 /* Token ids in [1, vocab) with the tail of each sample padded with 0 (sample i keeps
  * t - i % (t - 1) ids, at least one). */
 static void fill_ids(float *x, int n, int t, int vocab, uint64_t seed)
@@ -415,62 +395,65 @@ DT_TEST(nn_seq_gradcheck_layernorm_td)
 
 DT_TEST(nn_seq_refusals)
 {
-    refused(nn_seq("4", EMB(10, 2, ", \"dtype\": \"int32\""), NULL),
-            "$.config.layers[1] (Embedding 'embedding')", "option 'dtype': int32 is not supported");
-    refused("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
-            "\"InputLayer\", \"config\": {\"batch_shape\": [null, 4], \"dtype\": \"string\", "
-            "\"name\": \"in\"}}, " EMB(10, 2, "") "]}}",
-            "$.config.layers[0] (InputLayer 'in'): option 'dtype': string is not supported",
-            "an integer type for token ids");
-    refused(nn_seq("8, 4", L("Conv1D", "\"filters\": 4, \"kernel_size\": 3, \"groups\": 2"), NULL),
-            "$.config.layers[1] (Conv1D", "option 'groups': 2 is not supported (only 1)");
-    refused(nn_seq("8, 4",
-                   L("Conv1D", "\"filters\": 4, \"kernel_size\": 3, \"padding\": "
-                               "\"full\""),
-                   NULL),
-            "option 'padding': full is not supported", "causal");
-    refused(nn_seq("8, 4",
-                   L("Conv1D", "\"filters\": 4, \"kernel_size\": 3, \"strides\": 2, "
-                               "\"dilation_rate\": 2"),
-                   NULL),
-            "$.config.layers[1]", "'dilation_rate' 2");
-    refused(nn_seq("8, 4", L("LayerNormalization", "\"axis\": 1"), NULL),
-            "$.config.layers[1] (LayerNormalization",
-            "option 'axis': 1 is not supported (only the last axis, -1)");
-    refused(nn_seq("8, 4", L("LayerNormalization", "\"axis\": [1, 2]"), NULL),
-            "$.config.layers[1] (LayerNormalization", "option 'axis'");
-    refused(nn_seq("8, 4", L("LayerNormalization", "\"rms_scaling\": true"), NULL),
-            "$.config.layers[1]", "option 'rms_scaling' is not supported");
+    nn_refused(nn_seq("4", EMB(10, 2, ", \"dtype\": \"int32\""), NULL),
+               "$.config.layers[1] (Embedding 'embedding')",
+               "option 'dtype': int32 is not supported");
+    nn_refused("{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
+               "\"InputLayer\", \"config\": {\"batch_shape\": [null, 4], \"dtype\": \"string\", "
+               "\"name\": \"in\"}}, " EMB(10, 2, "") "]}}",
+               "$.config.layers[0] (InputLayer 'in'): option 'dtype': string is not supported",
+               "an integer type for token ids");
+    nn_refused(
+        nn_seq("8, 4", L("Conv1D", "\"filters\": 4, \"kernel_size\": 3, \"groups\": 2"), NULL),
+        "$.config.layers[1] (Conv1D", "option 'groups': 2 is not supported (only 1)");
+    nn_refused(nn_seq("8, 4",
+                      L("Conv1D", "\"filters\": 4, \"kernel_size\": 3, \"padding\": "
+                                  "\"full\""),
+                      NULL),
+               "option 'padding': full is not supported", "causal");
+    nn_refused(nn_seq("8, 4",
+                      L("Conv1D", "\"filters\": 4, \"kernel_size\": 3, \"strides\": 2, "
+                                  "\"dilation_rate\": 2"),
+                      NULL),
+               "$.config.layers[1]", "'dilation_rate' 2");
+    nn_refused(nn_seq("8, 4", L("LayerNormalization", "\"axis\": 1"), NULL),
+               "$.config.layers[1] (LayerNormalization",
+               "option 'axis': 1 is not supported (only the last axis, -1)");
+    nn_refused(nn_seq("8, 4", L("LayerNormalization", "\"axis\": [1, 2]"), NULL),
+               "$.config.layers[1] (LayerNormalization", "option 'axis'");
+    nn_refused(nn_seq("8, 4", L("LayerNormalization", "\"rms_scaling\": true"), NULL),
+               "$.config.layers[1]", "option 'rms_scaling' is not supported");
     /* 16,777,216 x 128 embeddings: 2^31 weights, past the model limit of 2^30. */
-    refused(nn_seq("4", EMB(16777216, 128, ""), NULL), "$.config.layers[1] (Embedding",
-            "passes the limit of 1073741824 weights");
-    refused(nn_seq("4", EMB(16777217, 2, ""), NULL), "option 'input_dim': 16777217 is not in",
-            "exact up to 2^24");
-    refused(nn_seq("4, 2", EMB(10, 2, ", \"mask_zero\": true"), NULL),
-            "option 'mask_zero': needs a (timesteps,) input", NULL);
-    refused(nn_seq("4", EMB(10, 2, ", \"input_length\": 5"), NULL),
-            "option 'input_length': 5, but the input has 4 timesteps", NULL);
-    refused(nn_seq("4", EMB(10, 2, ", \"embeddings_constraint\": \"non_neg\""), NULL),
-            "option 'embeddings_constraint' is not supported", NULL);
-    refused(nn_seq("4, 3",
-                   L("TimeDistributed", "\"layer\": {\"class_name\": \"Conv1D\", "
-                                        "\"config\": {\"filters\": 2}}"),
-                   NULL),
-            "$.config.layers[1] (TimeDistributed", "option 'layer': Conv1D is not supported");
-    refused(nn_seq("4, 3",
-                   L("TimeDistributed", "\"layer\": {\"class_name\": \"Dense\", "
-                                        "\"config\": {\"units\": 2, \"bogus\": 1}}"),
-                   NULL),
-            "option 'layer.config.bogus' is not supported", NULL);
-    refused(nn_seq("4, 3",
-                   L("TimeDistributed", "\"layer\": {\"class_name\": \"Dense\", "
-                                        "\"config\": {\"units\": 2, \"name\": \"a/b\"}}"),
-                   NULL),
-            "option 'layer.config.name': longer than 35 characters or containing '/'", NULL);
-    refused(nn_seq("4, 3", L("GlobalAveragePooling1D", ""), L("GlobalAveragePooling1D", ""), NULL),
-            "$.config.layers[2]", "needs a (timesteps, channels) input, got rank 1");
-    refused(nn_seq("4, 3", L("MaxPooling1D", "\"pool_size\": 5"), NULL),
-            "window of 5 does not fit the 4 timesteps", NULL);
+    nn_refused(nn_seq("4", EMB(16777216, 128, ""), NULL), "$.config.layers[1] (Embedding",
+               "passes the limit of 1073741824 weights");
+    nn_refused(nn_seq("4", EMB(16777217, 2, ""), NULL), "option 'input_dim': 16777217 is not in",
+               "exact up to 2^24");
+    nn_refused(nn_seq("4, 2", EMB(10, 2, ", \"mask_zero\": true"), NULL),
+               "option 'mask_zero': needs a (timesteps,) input", NULL);
+    nn_refused(nn_seq("4", EMB(10, 2, ", \"input_length\": 5"), NULL),
+               "option 'input_length': 5, but the input has 4 timesteps", NULL);
+    nn_refused(nn_seq("4", EMB(10, 2, ", \"embeddings_constraint\": \"non_neg\""), NULL),
+               "option 'embeddings_constraint' is not supported", NULL);
+    nn_refused(nn_seq("4, 3",
+                      L("TimeDistributed", "\"layer\": {\"class_name\": \"Conv1D\", "
+                                           "\"config\": {\"filters\": 2}}"),
+                      NULL),
+               "$.config.layers[1] (TimeDistributed", "option 'layer': Conv1D is not supported");
+    nn_refused(nn_seq("4, 3",
+                      L("TimeDistributed", "\"layer\": {\"class_name\": \"Dense\", "
+                                           "\"config\": {\"units\": 2, \"bogus\": 1}}"),
+                      NULL),
+               "option 'layer.config.bogus' is not supported", NULL);
+    nn_refused(nn_seq("4, 3",
+                      L("TimeDistributed", "\"layer\": {\"class_name\": \"Dense\", "
+                                           "\"config\": {\"units\": 2, \"name\": \"a/b\"}}"),
+                      NULL),
+               "option 'layer.config.name': longer than 35 characters or containing '/'", NULL);
+    nn_refused(
+        nn_seq("4, 3", L("GlobalAveragePooling1D", ""), L("GlobalAveragePooling1D", ""), NULL),
+        "$.config.layers[2]", "needs a (timesteps, channels) input, got rank 1");
+    nn_refused(nn_seq("4, 3", L("MaxPooling1D", "\"pool_size\": 5"), NULL),
+               "window of 5 does not fit the 4 timesteps", NULL);
 }
 
 /* ---- PyTorch float64 parity ---------------------------------------------------------------- */

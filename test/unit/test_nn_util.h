@@ -43,6 +43,19 @@ static inline dt_model *nn_build(const char *json, uint64_t seed)
     return m;
 }
 
+/* The model is refused: no model, and the message holds a (and b, when given). */
+static inline void nn_refused(const char *json, const char *a, const char *b)
+{
+    dt_err err = {0};
+    dt_model *m = NULL;
+    dt_model_opts o = {.seed = 1};
+    ASSERT_TRUE(dt_model_from_json(json, strlen(json), &o, &m, &err) != DT_OK);
+    ASSERT_TRUE(m == NULL);
+    ASSERT_CONTAINS(err.msg, a);
+    if (b)
+        ASSERT_CONTAINS(err.msg, b);
+}
+
 typedef struct nn_data {
     float *x, *targets;
     int32_t *labels;
