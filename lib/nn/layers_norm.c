@@ -123,8 +123,8 @@ static dt_status bn_build(dt__nn_layer *l, dt_err *err)
     }
     dt__nn_add_weight(l, "moving_mean", s, false, l->mminit);
     dt__nn_add_weight(l, "moving_variance", s, false, l->mvinit);
-    l->aux_bytes = dt__nn_shape_size(in) * sizeof(float); /* xhat */
-    l->stat_floats = 2 * (size_t)ch;                      /* batch mean, batch variance */
+    /* batch mean, batch variance; the backward recomputes xhat from the input */
+    l->stat_floats = 2 * (size_t)ch;
     return DT_OK;
 }
 
@@ -140,8 +140,8 @@ static void bn_forward(dt__nn_layer *l, dt__nn_ctx *c)
 {
     int ch = l->out.d[l->out.rank - 1];
     dt__nn_weight *g = bn_w(l, "gamma"), *b = bn_w(l, "beta");
-    c->ops->bn_fwd(c->training, dt__nn_x(c, l, 0), l->y, l->aux, rows_of(l, c), ch,
-                   g ? g->data : NULL, b ? b->data : NULL, bn_w(l, "moving_mean")->data,
+    c->ops->bn_fwd(c->training, dt__nn_x(c, l, 0), l->y, rows_of(l, c), ch, g ? g->data : NULL,
+                   b ? b->data : NULL, bn_w(l, "moving_mean")->data,
                    bn_w(l, "moving_variance")->data, l->momentum, l->eps, l->stat, l->stat + ch,
                    l->bn_relu);
 }
@@ -156,9 +156,9 @@ static void bn_backward(dt__nn_layer *l, dt__nn_ctx *c)
         c->ops->fill((size_t)ch, 0.0f, b->grad);
     bool acc = false;
     float *dx = dt__nn_need_dx(c, l, 0) ? dt__nn_dx(c, l, 0, &acc) : NULL;
-    c->ops->bn_bwd(l->dy, l->aux, rows_of(l, c), ch, g ? g->data : NULL, b ? b->data : NULL,
-                   l->stat + ch, l->eps, dx, acc, g ? g->grad : NULL, b ? b->grad : NULL,
-                   l->bn_relu); /* NULL: not trainable */
+    c->ops->bn_bwd(l->dy, dt__nn_x(c, l, 0), rows_of(l, c), ch, g ? g->data : NULL,
+                   b ? b->data : NULL, l->stat, l->stat + ch, l->eps, dx, acc, g ? g->grad : NULL,
+                   b ? b->grad : NULL, l->bn_relu); /* NULL: not trainable */
 }
 
 const dt__nn_layer_vt dt__nn_batchnorm = {

@@ -301,18 +301,19 @@ typedef struct dt_nn_ops {
                      float *dx, bool acc);
 
     /* Batch normalization over rows (all axes but the channel one), cols channels.
-     * Training: mean/var (biased) of the batch go to smean/svar, xhat is kept for backward and
-     * the moving statistics are updated m = m*momentum + s*(1-momentum). Inference uses the
-     * moving statistics. gamma/beta may be NULL (scale/center off). relu >= 0: a ReLU follows
-     * (a ReLU layer the model fused in): y = min(max(bn, 0), relu) (INFINITY: no cap), and
-     * bn_bwd's dy is the ReLU's output gradient, passed where 0 < gamma xhat + beta < relu;
-     * relu < 0: none. */
-    void (*bn_fwd)(bool training, const float *x, float *y, float *xhat, size_t rows, int cols,
+     * Training: mean/var (biased) of the batch go to smean/svar and the moving statistics are
+     * updated m = m*momentum + s*(1-momentum). Inference uses the moving statistics. gamma/beta may
+     * be NULL (scale/center off). relu >= 0: a ReLU follows (a ReLU layer the model fused in): y =
+     * min(max(bn, 0), relu) (INFINITY: no cap), and bn_bwd's dy is the ReLU's output gradient,
+     * passed where 0 < gamma xhat + beta < relu; relu < 0: none. bn_bwd takes the forward's x,
+     * smean and svar, and recomputes xhat = (x - smean) / sqrtf(svar + eps) bit for bit (nothing
+     * the size of x is kept). */
+    void (*bn_fwd)(bool training, const float *x, float *y, size_t rows, int cols,
                    const float *gamma, const float *beta, float *mmean, float *mvar, float momentum,
                    float eps, float *smean, float *svar, float relu);
-    void (*bn_bwd)(const float *dy, const float *xhat, size_t rows, int cols, const float *gamma,
-                   const float *beta, const float *svar, float eps, float *dx, bool acc,
-                   float *dgamma, float *dbeta, float relu);
+    void (*bn_bwd)(const float *dy, const float *x, size_t rows, int cols, const float *gamma,
+                   const float *beta, const float *smean, const float *svar, float eps, float *dx,
+                   bool acc, float *dgamma, float *dbeta, float relu);
 
     /* Inverted dropout: mask = (u >= rate) / (1 - rate); y = x * mask. */
     void (*dropout_fwd)(const float *x, float *y, float *mask, size_t n, float rate, dt_rng *rng);

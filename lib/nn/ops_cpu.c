@@ -366,26 +366,16 @@ DT_CLONES static void col_sums(const float *restrict x, const float *restrict y,
     }
 }
 
-/* y[r, j] = a[j] x[r, j] + b[j] (and h[r, j] = (x[r, j] - m[j]) k[j] first when h). */
-DT_CLONES static void col_affine(const float *restrict x, float *restrict y, float *restrict h,
-                                 size_t rows, int cols, const float *restrict m,
-                                 const float *restrict k, const float *restrict a,
-                                 const float *restrict b, float relu)
+/* y[r, j] = a[j] ((x[r, j] - m[j]) k[j]) + b[j], clipped to [0, relu] when relu >= 0 */
+DT_CLONES static void col_affine(const float *restrict x, float *restrict y, size_t rows, int cols,
+                                 const float *restrict m, const float *restrict k,
+                                 const float *restrict a, const float *restrict b, float relu)
 {
     for (size_t r = 0; r < rows; r++) {
         const float *xr = x + r * (size_t)cols;
         float *yr = y + r * (size_t)cols;
-        if (h) {
-            float *hr = h + r * (size_t)cols;
-            for (int j = 0; j < cols; j++) {
-                float v = (xr[j] - m[j]) * k[j];
-                hr[j] = v;
-                yr[j] = a[j] * v + b[j];
-            }
-        } else {
-            for (int j = 0; j < cols; j++)
-                yr[j] = a[j] * ((xr[j] - m[j]) * k[j]) + b[j];
-        }
+        for (int j = 0; j < cols; j++)
+            yr[j] = a[j] * ((xr[j] - m[j]) * k[j]) + b[j];
         if (relu >= 0) /* the fused ReLU, as relu_clip_fwd (NaN: 0) */
             for (int j = 0; j < cols; j++) {
                 float v = yr[j] > 0 ? yr[j] : 0.0f;
@@ -394,7 +384,7 @@ DT_CLONES static void col_affine(const float *restrict x, float *restrict y, flo
     }
 }
 
-static void cpu_bn_fwd(bool training, const float *x, float *y, float *xhat, size_t rows, int cols,
+static void cpu_bn_fwd(bool training, const float *x, float *y, size_t rows, int cols,
                        const float *gamma, const float *beta, float *mmean, float *mvar,
                        float momentum, float eps, float *smean, float *svar, float relu)
 {
@@ -411,7 +401,7 @@ static void cpu_bn_fwd(bool training, const float *x, float *y, float *xhat, siz
     if (!training) {
         for (int j = 0; j < cols; j++)
             k[j] = 1.0f / sqrtf(mvar[j] + eps);
-        col_affine(x, y, NULL, rows, cols, mmean, k, ga, be, relu);
+        col_affine(x, y, rows, cols, mmean, k, ga, be, relu);
         free(acc);
         free(f);
         return;
@@ -426,7 +416,7 @@ static void cpu_bn_fwd(bool training, const float *x, float *y, float *xhat, siz
         svar[j] = (float)(v > 0 ? v : 0);
         k[j] = 1.0f / sqrtf(svar[j] + eps);
     }
-    col_affine(x, y, xhat, rows, cols, smean, k, ga, be, relu);
+    col_affine(x, y, rows, cols, smean, k, ga, be, relu);
     free(acc);
     free(f);
     for (int j = 0; j < cols; j++) {
@@ -435,86 +425,118 @@ static void cpu_bn_fwd(bool training, const float *x, float *y, float *xhat, siz
     }
 }
 
+/* The backward pass does not read a stored xhat: it recomputes xhat[r, j] = (x[r, j] - mu[j])
+ * ik[j] from the batch norm's input (kept by its producer anyway) with the forward's mean and
+ * inverse deviation, the same float operations as col_affine, so the same bits. That saves the
+ * forward a write of a tensor the size of x (and its memory). */
+
+/* s[j] += dy[r, j], t[j] += dy[r, j] xhat[r, j] over rows, in double, in row order */
+DT_CLONES static void xhat_sums(const float *restrict dy, const float *restrict x, size_t rows,
+                                int cols, const float *restrict mu, const float *restrict ik,
+                                double *restrict s, double *restrict t)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *dr = dy + r * (size_t)cols, *xr = x + r * (size_t)cols;
+        for (int j = 0; j < cols; j++) {
+            float h = (xr[j] - mu[j]) * ik[j];
+            s[j] += dr[j];
+            t[j] += (double)dr[j] * h;
+        }
+    }
+}
+
 /* dx[r, j] (=/+=) k[j] (dy[r, j] - m1[j] - xhat[r, j] m2[j]) */
-DT_CLONES static void bn_dx(const float *restrict dy, const float *restrict xhat,
-                            float *restrict dx, size_t rows, int cols, const float *restrict k,
+DT_CLONES static void bn_dx(const float *restrict dy, const float *restrict x, float *restrict dx,
+                            size_t rows, int cols, const float *restrict mu,
+                            const float *restrict ik, const float *restrict k,
                             const float *restrict m1, const float *restrict m2, bool acc)
 {
     for (size_t r = 0; r < rows; r++) {
         size_t o = r * (size_t)cols;
         if (acc)
             for (int j = 0; j < cols; j++)
-                dx[o + j] += k[j] * (dy[o + j] - m1[j] - xhat[o + j] * m2[j]);
+                dx[o + j] += k[j] * (dy[o + j] - m1[j] - ((x[o + j] - mu[j]) * ik[j]) * m2[j]);
         else
             for (int j = 0; j < cols; j++)
-                dx[o + j] = k[j] * (dy[o + j] - m1[j] - xhat[o + j] * m2[j]);
+                dx[o + j] = k[j] * (dy[o + j] - m1[j] - ((x[o + j] - mu[j]) * ik[j]) * m2[j]);
     }
 }
 
-/* The fused ReLU's gradient of row r into g: dy where 0 < a xhat + b < relu (the batch norm's
- * output, recomputed bit for bit), else 0 - what the ReLU layer's backward would have written. */
-static inline void relu_mask_row(const float *restrict dy, const float *restrict h,
-                                 const float *restrict a, const float *restrict b, float relu,
-                                 int cols, float *restrict g)
+/* The fused ReLU's gradient: dy where 0 < a xhat + b < relu (the batch norm's output,
+ * recomputed bit for bit), else 0 - what the ReLU layer's backward would have written. */
+static inline float relu_mask(float dy, float v, float a, float b, float relu)
 {
-    for (int j = 0; j < cols; j++) {
-        float p = a[j] * h[j] + b[j];
-        g[j] = p > 0 && p < relu ? dy[j] : 0.0f;
-    }
+    float p = a * v + b;
+    return p > 0 && p < relu ? dy : 0.0f;
 }
 
-/* col_sums of the masked gradient (g: a row of scratch) */
-DT_CLONES static void masked_sums(const float *restrict dy, const float *restrict h, size_t rows,
-                                  int cols, const float *restrict a, const float *restrict b,
-                                  float relu, float *restrict g, double *restrict s,
+/* xhat_sums of the masked gradient. Row by row, xhat and the masked gradient go to rows of
+ * scratch (h, g) first: GCC vectorizes neither loop when the float mask and the double sums
+ * share one. */
+DT_CLONES static void masked_sums(const float *restrict dy, const float *restrict x, size_t rows,
+                                  int cols, const float *restrict mu, const float *restrict ik,
+                                  const float *restrict a, const float *restrict b, float relu,
+                                  float *restrict h, float *restrict g, double *restrict s,
                                   double *restrict t)
 {
     for (size_t r = 0; r < rows; r++) {
-        const float *hr = h + r * (size_t)cols;
-        relu_mask_row(dy + r * (size_t)cols, hr, a, b, relu, cols, g);
+        const float *d = dy + r * (size_t)cols, *xr = x + r * (size_t)cols;
+        for (int j = 0; j < cols; j++) {
+            h[j] = (xr[j] - mu[j]) * ik[j];
+            g[j] = relu_mask(d[j], h[j], a[j], b[j], relu);
+        }
         for (int j = 0; j < cols; j++) {
             s[j] += g[j];
-            t[j] += (double)g[j] * hr[j];
+            t[j] += (double)g[j] * h[j];
         }
     }
 }
 
-DT_CLONES static void masked_dx(const float *restrict dy, const float *restrict h,
-                                float *restrict dx, size_t rows, int cols, const float *restrict k,
+/* dx (=/+=) k (g - m1 - xhat m2) with g the masked gradient, everything recomputed in place */
+DT_CLONES static void masked_dx(const float *restrict dy, const float *restrict x,
+                                float *restrict dx, size_t rows, int cols, const float *restrict mu,
+                                const float *restrict ik, const float *restrict k,
                                 const float *restrict m1, const float *restrict m2,
                                 const float *restrict a, const float *restrict b, float relu,
-                                float *restrict g, bool acc)
+                                bool acc)
 {
     for (size_t r = 0; r < rows; r++) {
         size_t o = r * (size_t)cols;
-        relu_mask_row(dy + o, h + o, a, b, relu, cols, g);
+        const float *d = dy + o, *xr = x + o;
+        float *dr = dx + o;
         if (acc)
-            for (int j = 0; j < cols; j++)
-                dx[o + j] += k[j] * (g[j] - m1[j] - h[o + j] * m2[j]);
+            for (int j = 0; j < cols; j++) {
+                float v = (xr[j] - mu[j]) * ik[j];
+                dr[j] += k[j] * (relu_mask(d[j], v, a[j], b[j], relu) - m1[j] - v * m2[j]);
+            }
         else
-            for (int j = 0; j < cols; j++)
-                dx[o + j] = k[j] * (g[j] - m1[j] - h[o + j] * m2[j]);
+            for (int j = 0; j < cols; j++) {
+                float v = (xr[j] - mu[j]) * ik[j];
+                dr[j] = k[j] * (relu_mask(d[j], v, a[j], b[j], relu) - m1[j] - v * m2[j]);
+            }
     }
 }
 
-static void cpu_bn_bwd(const float *dy, const float *xhat, size_t rows, int cols,
-                       const float *gamma, const float *beta, const float *svar, float eps,
+static void cpu_bn_bwd(const float *dy, const float *x, size_t rows, int cols, const float *gamma,
+                       const float *beta, const float *smean, const float *svar, float eps,
                        float *dx, bool acc, float *dgamma, float *dbeta, float relu)
 {
     double *s = calloc(2 * (size_t)cols, sizeof(double)); /* sum dy, sum dy*xhat */
-    float *f = malloc(6 * (size_t)cols * sizeof(float));
+    float *f = malloc(8 * (size_t)cols * sizeof(float));
     if (!s || !f)
         abort();
     float *k = f, *m1 = f + cols, *m2 = f + 2 * (size_t)cols, *ga = f + 3 * (size_t)cols;
-    float *be = f + 4 * (size_t)cols, *g = f + 5 * (size_t)cols;
+    float *be = f + 4 * (size_t)cols, *ik = f + 5 * (size_t)cols;
+    float *h = f + 6 * (size_t)cols, *g = f + 7 * (size_t)cols; /* scratch rows */
     for (int j = 0; j < cols; j++) {
         ga[j] = gamma ? gamma[j] : 1.0f;
         be[j] = beta ? beta[j] : 0.0f;
+        ik[j] = 1.0f / sqrtf(svar[j] + eps); /* as cpu_bn_fwd computed it */
     }
     if (relu >= 0)
-        masked_sums(dy, xhat, rows, cols, ga, be, relu, g, s, s + cols);
+        masked_sums(dy, x, rows, cols, smean, ik, ga, be, relu, h, g, s, s + cols);
     else
-        col_sums(dy, xhat, rows, cols, s, s + cols);
+        xhat_sums(dy, x, rows, cols, smean, ik, s, s + cols);
     if (dgamma)
         for (int j = 0; j < cols; j++)
             dgamma[j] += (float)s[cols + j];
@@ -528,9 +550,9 @@ static void cpu_bn_bwd(const float *dy, const float *xhat, size_t rows, int cols
             m2[j] = (float)(s[cols + j] / (double)rows);
         }
         if (relu >= 0)
-            masked_dx(dy, xhat, dx, rows, cols, k, m1, m2, ga, be, relu, g, acc);
+            masked_dx(dy, x, dx, rows, cols, smean, ik, k, m1, m2, ga, be, relu, acc);
         else
-            bn_dx(dy, xhat, dx, rows, cols, k, m1, m2, acc);
+            bn_dx(dy, x, dx, rows, cols, smean, ik, k, m1, m2, acc);
     }
     free(s);
     free(f);

@@ -357,3 +357,89 @@ DT_TEST(nn_model_label_and_batch_checks)
     ASSERT_EQ(loss.kind, DT_NN_LOSS_MSE);
     dt_model_free(m);
 }
+
+/* The batch norm as it was when the forward kept xhat: the backward's sums, mask and input
+ * gradient read the stored xhat. The CPU kernels recompute xhat from x in the backward instead
+ * and must give the same bits. */
+static void bn_ref(const float *x, const float *dy, size_t R, int C, const float *ga,
+                   const float *be, float eps, float relu, bool acc, float *y, float *dx,
+                   float *dga, float *dbe)
+{
+    float *h = malloc(R * (size_t)C * sizeof(float));
+    for (int j = 0; j < C; j++) {
+        double s = 0, t = 0;
+        for (size_t r = 0; r < R; r++) {
+            s += x[r * C + j];
+            t += (double)x[r * C + j] * x[r * C + j];
+        }
+        double m = s / (double)R, v = t / (double)R - m * m;
+        float mean = (float)m, var = (float)(v > 0 ? v : 0), k = 1.0f / sqrtf(var + eps);
+        double sg = 0, sgh = 0;
+        for (size_t r = 0; r < R; r++) {
+            size_t i = r * C + j;
+            h[i] = (x[i] - mean) * k;
+            float o = ga[j] * h[i] + be[j];
+            if (relu >= 0) {
+                o = o > 0 ? o : 0.0f;
+                o = o > relu ? relu : o;
+            }
+            y[i] = o;
+            float p = ga[j] * h[i] + be[j];
+            float g = relu < 0 || (p > 0 && p < relu) ? dy[i] : 0.0f;
+            sg += g;
+            sgh += (double)g * h[i];
+        }
+        dga[j] = (float)sgh;
+        dbe[j] = (float)sg;
+        float kk = ga[j] / sqrtf(var + eps), m1 = (float)(sg / (double)R);
+        float m2 = (float)(sgh / (double)R);
+        for (size_t r = 0; r < R; r++) {
+            size_t i = r * C + j;
+            float p = ga[j] * h[i] + be[j];
+            float g = relu < 0 || (p > 0 && p < relu) ? dy[i] : 0.0f;
+            float d = kk * (g - m1 - h[i] * m2);
+            dx[i] = acc ? dx[i] + d : d;
+        }
+    }
+    free(h);
+}
+
+DT_TEST(nn_ops_batchnorm_recomputed_xhat_is_bit_exact)
+{
+    const dt_nn_ops *o = dt_nn_ops_cpu();
+    const int cols[] = {3, 8, 13, 40};
+    const float relus[] = {-1.0f, 6.0f, 0.5f, INFINITY};
+    for (int ci = 0; ci < 4; ci++)
+        for (int ri = 0; ri < 4; ri++) {
+            int C = cols[ci];
+            size_t R = 37, n = R * (size_t)C;
+            float *x = malloc(n * sizeof(float)), *dy = malloc(n * sizeof(float));
+            float *y = malloc(n * sizeof(float)), *ry = malloc(n * sizeof(float));
+            float *dx = malloc(n * sizeof(float)), *rdx = malloc(n * sizeof(float));
+            float ga[40], be[40], mm[40], mv[40], sm[40], sv[40], dga[40], dbe[40], rga[40],
+                rbe[40];
+            randn(x, n, 10 + ci);
+            randn(dy, n, 20 + ri);
+            randn(ga, C, 30);
+            randn(be, C, 31);
+            for (size_t i = 0; i < n; i++)
+                x[i] = 3.0f * x[i] + 1.5f; /* a mean and a spread that are not 0 and 1 */
+            for (int j = 0; j < C; j++)
+                mm[j] = 0, mv[j] = 1, dga[j] = dbe[j] = 0;
+            bool acc = ri & 1;
+            for (size_t i = 0; i < n; i++)
+                dx[i] = rdx[i] = acc ? 0.25f : 0.0f;
+            o->bn_fwd(true, x, y, R, C, ga, be, mm, mv, 0.9f, 1e-3f, sm, sv, relus[ri]);
+            o->bn_bwd(dy, x, R, C, ga, be, sm, sv, 1e-3f, dx, acc, dga, dbe, relus[ri]);
+            bn_ref(x, dy, R, C, ga, be, 1e-3f, relus[ri], acc, ry, rdx, rga, rbe);
+            ASSERT_EQ(memcmp(y, ry, n * sizeof(float)), 0);
+            ASSERT_EQ(memcmp(dx, rdx, n * sizeof(float)), 0);
+            ASSERT_EQ(memcmp(dga, rga, (size_t)C * sizeof(float)), 0);
+            ASSERT_EQ(memcmp(dbe, rbe, (size_t)C * sizeof(float)), 0);
+            int masked = 0; /* the ReLU cases do mask something */
+            for (size_t i = 0; i < n; i++)
+                masked += relus[ri] >= 0 && dx[i] == dx[i] && y[i] <= 0;
+            ASSERT_TRUE(relus[ri] < 0 || masked > 0);
+            free(x), free(dy), free(y), free(ry), free(dx), free(rdx);
+        }
+}
