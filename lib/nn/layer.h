@@ -206,6 +206,11 @@ struct dt__nn_layer {
      * tensor forward and three passes backward. */
     float bn_relu;
     bool relu_in_bn;
+    /* A ZeroPadding2D whose only consumer is a valid DepthwiseConv2D (depth_multiplier 1;
+     * MobileNet's stride-2 blocks) becomes an alias of its input that does nothing
+     * (pad_in_conv): the conv's window takes the frame as its padding, whose taps it skips.
+     * Saves filling and copying the padded tensor forward and copying its gradient back. */
+    bool pad_in_conv;
     dt_nn_win win;
     size_t col_floats; /* im2col scratch per sample */
     int n_consumers;

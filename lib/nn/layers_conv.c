@@ -543,6 +543,8 @@ static dt_status zpad_build(dt__nn_layer *l, dt_err *err)
 
 static void zpad_forward(dt__nn_layer *l, dt__nn_ctx *c)
 {
+    if (l->pad_in_conv) /* its conv reads the input (y is the input's) */
+        return;
     const dt_nn_shape *in = &l->in_shape[0];
     int H = in->d[0], W = in->d[1], C = in->d[2], OW = l->out.d[1];
     size_t per_in = dt__nn_shape_size(in), per_out = dt__nn_shape_size(&l->out);
@@ -555,7 +557,7 @@ static void zpad_forward(dt__nn_layer *l, dt__nn_ctx *c)
 
 static void zpad_backward(dt__nn_layer *l, dt__nn_ctx *c)
 {
-    if (!dt__nn_need_dx(c, l, 0))
+    if (l->pad_in_conv || !dt__nn_need_dx(c, l, 0))
         return;
     const dt_nn_shape *in = &l->in_shape[0];
     int H = in->d[0], W = in->d[1], C = in->d[2], OW = l->out.d[1];

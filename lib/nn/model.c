@@ -201,6 +201,34 @@ static float relu_cap(const dt_nn_act_p *a)
     return a->max_value; /* INFINITY included */
 }
 
+/* ZeroPadding2D -> DepthwiseConv2D (valid, depth_multiplier 1, the pad's only consumer, not the
+ * output): the conv reads the unpadded input with the frame as its padding. Its taps on the
+ * frame added x * k = 0 * k, which leaves every sum as it was (finite kernels), and the frame's
+ * gradient was dropped, so training gives the same bits. */
+static void fuse_pad_dw(dt__nn_graph *g)
+{
+    for (int i = 1; i < g->n; i++) {
+        dt__nn_layer *p = &g->layers[i];
+        if (p->vt != &dt__nn_zeropadding2d || p->n_consumers != 1 || i == g->output || p->alias ||
+            p->mask_src >= 0)
+            continue;
+        for (int j = i + 1; j < g->n; j++) {
+            dt__nn_layer *q = &g->layers[j];
+            if (q->n_in != 1 || q->in[0] != i)
+                continue;
+            if (q->vt == &dt__nn_depthwise_conv2d && !q->same && q->mult == 1 && q->win.pt == 0 &&
+                q->win.pl == 0) {
+                q->win.h -= p->pad[0] + p->pad[1];
+                q->win.w -= p->pad[2] + p->pad[3];
+                q->win.pt = p->pad[0];
+                q->win.pl = p->pad[2];
+                p->alias = p->pad_in_conv = true;
+            }
+            break;
+        }
+    }
+}
+
 /* BatchNormalization -> ReLU layer (its only consumer, not the output, no mask on the way): the
  * batch norm applies the ReLU and the ReLU layer becomes its alias. */
 static void fuse_bn_relu(dt__nn_graph *g)
@@ -289,6 +317,7 @@ static dt_status build(dt_model *m, uint64_t seed, uint64_t max_bytes, dt_err *e
                           "InputLayer); add the model's layers");
     fuse_relu_pool(g);
     fuse_bn_relu(g);
+    fuse_pad_dw(g);
     const dt_nn_ops *o = m->ops;
     m->n_params = np;
     m->n_state = ns;

@@ -676,6 +676,76 @@ DT_TEST(nn_vision_bn_relu_fused_equals_unfused)
     }
 }
 
+/* ---- ZeroPadding2D -> DepthwiseConv2D fused (model.c's fuse_pad_dw) ------------------------ */
+
+/* Conv -> ZeroPadding2D(pad) -> [Activation(linear)] -> DepthwiseConv2D(valid, stride) ->
+ * Flatten -> Dense: with the linear activation in between the pad is not fused. */
+static const char *pad_dw_model(const char *pad, int stride, bool split)
+{
+    static char buf[8192];
+    char zp[256], dw[256];
+    snprintf(zp, sizeof zp, "{\"class_name\": \"ZeroPadding2D\", \"config\": {\"padding\": %s}}",
+             pad);
+    snprintf(dw, sizeof dw, DW(", \"strides\": %d, \"activation\": \"relu\""), stride);
+    snprintf(buf, sizeof buf, "%s",
+             nn_seq("9, 8, 5", CONV_SAME, zp,
+                    split ? "{\"class_name\": \"Activation\", \"config\": {\"activation\": "
+                            "\"linear\"}}"
+                          : dw,
+                    split ? dw : FLATTEN, split ? FLATTEN : DENSE3, split ? DENSE3 : NULL, NULL));
+    return buf;
+}
+
+DT_TEST(nn_vision_pad_dw_fused_equals_unfused)
+{
+    /* MobileNet's stride-2 frame ((0, 1), (0, 1)), a symmetric one at stride 1 and a lopsided
+     * one: the fused depthwise conv (the frame as its padding) trains and predicts bit for bit
+     * as the padded tensor did, and the padded tensor's buffers are gone. */
+    const char *pads[] = {"[[0, 1], [0, 1]]", "1", "[[2, 0], [1, 3]]"};
+    const int strides[] = {2, 1, 2};
+    const int padded[] = {10 * 9 * 3, 11 * 10 * 3, 11 * 12 * 3}; /* floats per sample */
+    dt_loss loss = {.kind = DT_NN_LOSS_SPARSE_CE, .from_logits = true};
+    for (size_t i = 0; i < sizeof pads / sizeof pads[0]; i++) {
+        dt_model *m[2];
+        float *pred[2];
+        double lv[2];
+        for (int k = 0; k < 2; k++)
+            m[k] = nn_build(pad_dw_model(pads[i], strides[i], k == 1), 3);
+        /* unfused: the pad's y and dy plus the activation's; fused: the activation's only */
+        ASSERT_EQ(dt_model_batch_bytes(m[1], 5) - dt_model_batch_bytes(m[0], 5),
+                  (uint64_t)4 * 5 * padded[i] * sizeof(float));
+        size_t np0, np1;
+        float *p0 = dt_model_params(m[0], &np0), *p1 = dt_model_params(m[1], &np1);
+        ASSERT_EQ(np0, np1);
+        memcpy(p1, p0, np0 * sizeof(float));
+        for (int k = 0; k < 2; k++) {
+            nn_data d = nn_random(m[k], 5, loss.kind, 4);
+            dt_model_batch b = nn_batch(&d, loss.kind);
+            dt_err err = {0};
+            dt_step_stats st;
+            for (int step = 0; step < 2; step++)
+                ASSERT_OK(dt_model_train_step(m[k], &loss, &b, 5, &st, &err), &err);
+            lv[k] = st.loss;
+            pred[k] = malloc(5 * 3 * sizeof(float));
+            ASSERT_OK(dt_model_predict(m[k], d.x, 5, pred[k], &err), &err);
+            nn_data_free(&d);
+        }
+        ASSERT_TRUE(lv[0] == lv[1]);
+        size_t n0, n1;
+        const float *g0 = dt_model_grads(m[0], &n0), *g1 = dt_model_grads(m[1], &n1);
+        ASSERT_EQ(n0, n1);
+        ASSERT_TRUE(memcmp(g0, g1, n0 * sizeof(float)) == 0);
+        ASSERT_TRUE(memcmp(pred[0], pred[1], 5 * 3 * sizeof(float)) == 0);
+        printf("padding %s, stride %d: loss %.6f, %zu gradients and the predictions equal bit "
+               "for bit\n",
+               pads[i], strides[i], lv[0], n0);
+        for (int k = 0; k < 2; k++) {
+            dt_model_free(m[k]);
+            free(pred[k]);
+        }
+    }
+}
+
 /* The vectorised depthwise kernels (depth_multiplier 1) add in the order of the plain loops
  * below - per output 0 + tap 0 + tap 1 ...; dk and dx output by output, taps in window order -
  * so their bits equal these loops' on any machine. */
