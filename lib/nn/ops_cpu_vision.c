@@ -8,6 +8,7 @@
 #pragma GCC optimize("O3")
 #endif
 
+#include <stdlib.h>
 #include <string.h>
 
 /* The depthwise kernels with depth_multiplier 1 (MobileNet's) are compiled twice, for AVX2 and
@@ -55,21 +56,81 @@ static int dil(int d)
                 }                                                                                  \
     } while (0)
 
-/* The taps of output pixel (oy, ox) of sample s that fall inside the image: the input pixel's
- * offset in x (xo) and the tap's in the kernel (ko), in window order. Returns their count. */
-static int dw_taps(const dt_nn_win *g, int s, int oy, int ox, size_t *xo, size_t *ko)
+/* A pixel's taps are the product of its row's and its column's: per output (or input) row and
+ * column, the valid kernel positions (tap) and the input (or output) row or column each reaches
+ * (pos) are listed once per call instead of per pixel with its bounds checks and divisions. */
+typedef struct {
+    int n, pos[DW_MAX_TAPS], tap[DW_MAX_TAPS];
+} dw_list;
+
+typedef struct {
+    dw_list *row, *col; /* per output row / column (taps), per input one (sources) */
+    size_t base, width; /* the offset tables' plane: (s base + row) width + col */
+    int kw, c;
+} dw_tab;
+
+/* Kernel positions 0..k-1 of output o: input i = o s - p + kk d inside [0, n), in order. */
+static void axis_taps(int o, int s, int p, int d, int k, int n, dw_list *l)
 {
-    int nt = 0, dh = dil(g->dil_h), dw = dil(g->dil_w);
-    for (int ky = 0; ky < g->kh; ky++) {
-        int iy = oy * g->sh - g->pt + ky * dh;
-        if (iy < 0 || iy >= g->h)
+    l->n = 0;
+    for (int kk = 0; kk < k; kk++) {
+        int i = o * s - p + kk * d;
+        if (i >= 0 && i < n)
+            l->pos[l->n] = i, l->tap[l->n++] = kk;
+    }
+}
+
+/* The outputs that input i feeds: kernel positions descending (outputs ascending). */
+static void axis_sources(int i, int s, int p, int d, int k, int n_out, dw_list *l)
+{
+    l->n = 0;
+    for (int kk = k - 1; kk >= 0; kk--) {
+        int o = i + p - kk * d;
+        if (o < 0 || o % s || o / s >= n_out)
             continue;
-        for (int kx = 0; kx < g->kw; kx++) {
-            int ix = ox * g->sw - g->pl + kx * dw;
-            if (ix < 0 || ix >= g->w)
-                continue;
-            xo[nt] = (((size_t)s * g->h + iy) * g->w + ix) * g->c;
-            ko[nt++] = ((size_t)ky * g->kw + kx) * g->c;
+        l->pos[l->n] = o / s, l->tap[l->n++] = kk;
+    }
+}
+
+/* sources: per input pixel (the adjoint's lists), else per output pixel */
+static void dw_tab_init(const dt_nn_win *g, bool sources, dw_tab *t)
+{
+    int nr = sources ? g->h : g->oh, nc = sources ? g->w : g->ow;
+    t->row = malloc(((size_t)nr + nc) * sizeof(dw_list));
+    if (!t->row) /* a few KiB; treat as the broken invariant it is */
+        abort();
+    t->col = t->row + nr;
+    int dh = dil(g->dil_h), dw = dil(g->dil_w);
+    for (int r = 0; r < nr; r++)
+        if (sources)
+            axis_sources(r, g->sh, g->pt, dh, g->kh, g->oh, &t->row[r]);
+        else
+            axis_taps(r, g->sh, g->pt, dh, g->kh, g->h, &t->row[r]);
+    for (int q = 0; q < nc; q++)
+        if (sources)
+            axis_sources(q, g->sw, g->pl, dw, g->kw, g->ow, &t->col[q]);
+        else
+            axis_taps(q, g->sw, g->pl, dw, g->kw, g->w, &t->col[q]);
+    t->base = (size_t)(sources ? g->oh : g->h);
+    t->width = (size_t)(sources ? g->ow : g->w);
+    t->kw = g->kw;
+    t->c = g->c;
+}
+
+/* Pixel (r, q) of sample s: the offsets of its taps' pixels (xo: in x for taps, in dy for
+ * sources) and of the taps in the kernel (ko), rows outer, columns inner, in the lists' order:
+ * window order for taps, reverse window order (outputs ascending) for sources. Returns their
+ * count. */
+static int dw_taps(const dw_tab *t, int s, int r, int q, size_t *xo, size_t *ko)
+{
+    const dw_list *rl = &t->row[r], *cl = &t->col[q];
+    int nt = 0;
+    for (int a = 0; a < rl->n; a++) {
+        size_t rb = ((size_t)s * t->base + rl->pos[a]) * t->width;
+        size_t kb = (size_t)rl->tap[a] * t->kw;
+        for (int b = 0; b < cl->n; b++) {
+            xo[nt] = (rb + cl->pos[b]) * t->c;
+            ko[nt++] = (kb + cl->tap[b]) * t->c;
         }
     }
     return nt;
@@ -83,10 +144,12 @@ DT_CLONES static void dw_fwd1(const dt_nn_win *gp, const float *restrict x, cons
     const dt_nn_win g = *gp;
     const int c = g.c;
     size_t xo[DW_MAX_TAPS], ko[DW_MAX_TAPS];
+    dw_tab tab;
+    dw_tab_init(&g, false, &tab);
     for (int s = 0; s < g.n; s++)
         for (int oy = 0; oy < g.oh; oy++)
             for (int ox = 0; ox < g.ow; ox++) {
-                int nt = dw_taps(&g, s, oy, ox, xo, ko);
+                int nt = dw_taps(&tab, s, oy, ox, xo, ko);
                 float *yp = y + (((size_t)s * g.oh + oy) * g.ow + ox) * c;
                 int ci = 0;
                 for (; ci + 8 <= c; ci += 8) {
@@ -114,6 +177,7 @@ DT_CLONES static void dw_fwd1(const dt_nn_win *gp, const float *restrict x, cons
                     yp[ci] = a;
                 }
             }
+    free(tab.row);
 }
 
 /* mult 1, the kernel's gradient: per output pixel and tap, dk += x dy over a vector of
@@ -124,10 +188,12 @@ DT_CLONES static void dw_dk1(const dt_nn_win *gp, const float *restrict x, const
     const dt_nn_win g = *gp;
     const int c = g.c;
     size_t xo[DW_MAX_TAPS], ko[DW_MAX_TAPS];
+    dw_tab tab;
+    dw_tab_init(&g, false, &tab);
     for (int s = 0; s < g.n; s++)
         for (int oy = 0; oy < g.oh; oy++)
             for (int ox = 0; ox < g.ow; ox++) {
-                int nt = dw_taps(&g, s, oy, ox, xo, ko);
+                int nt = dw_taps(&tab, s, oy, ox, xo, ko);
                 const float *dp = dy + (((size_t)s * g.oh + oy) * g.ow + ox) * c;
                 for (int t = 0; t < nt; t++) {
                     const float *xp = x + xo[t];
@@ -145,27 +211,7 @@ DT_CLONES static void dw_dk1(const dt_nn_win *gp, const float *restrict x, const
                         dkp[ci] += xp[ci] * dp[ci];
                 }
             }
-}
-
-/* The output pixels that input pixel (iy, ix) of sample s feeds, as offsets in dy (yo) and the
- * taps that reach it (ko), in the order the output-major loop adds them: output rows
- * ascending, so taps in reverse window order. Returns their count. */
-static int dw_sources(const dt_nn_win *g, int s, int iy, int ix, size_t *yo, size_t *ko)
-{
-    int nt = 0, dh = dil(g->dil_h), dw = dil(g->dil_w);
-    for (int ky = g->kh - 1; ky >= 0; ky--) {
-        int ny = iy + g->pt - ky * dh;
-        if (ny < 0 || ny % g->sh || ny / g->sh >= g->oh)
-            continue;
-        for (int kx = g->kw - 1; kx >= 0; kx--) {
-            int nx = ix + g->pl - kx * dw;
-            if (nx < 0 || nx % g->sw || nx / g->sw >= g->ow)
-                continue;
-            yo[nt] = (((size_t)s * g->oh + ny / g->sh) * g->ow + nx / g->sw) * g->c;
-            ko[nt++] = ((size_t)ky * g->kw + kx) * g->c;
-        }
-    }
-    return nt;
+    free(tab.row);
 }
 
 /* mult 1, dx (=/+=) the gradient gathered per input pixel in registers: the same additions in
@@ -177,10 +223,12 @@ DT_CLONES static void dw_dx1(const dt_nn_win *gp, const float *restrict k, const
     const dt_nn_win g = *gp;
     const int c = g.c;
     size_t yo[DW_MAX_TAPS], ko[DW_MAX_TAPS];
+    dw_tab tab;
+    dw_tab_init(&g, true, &tab);
     for (int s = 0; s < g.n; s++)
         for (int iy = 0; iy < g.h; iy++)
             for (int ix = 0; ix < g.w; ix++) {
-                int nt = dw_sources(&g, s, iy, ix, yo, ko);
+                int nt = dw_taps(&tab, s, iy, ix, yo, ko);
                 float *xp = dx + (((size_t)s * g.h + iy) * g.w + ix) * c;
                 int ci = 0;
                 for (; ci + 8 <= c; ci += 8) {
@@ -201,6 +249,7 @@ DT_CLONES static void dw_dx1(const dt_nn_win *gp, const float *restrict k, const
                     xp[ci] = a;
                 }
             }
+    free(tab.row);
 }
 
 void dt__nn_cpu_dw_fwd(const dt_nn_win *g, int mult, const float *x, const float *k, float *y)
