@@ -87,6 +87,18 @@ static dt_status norm_build(dt__nn_layer *l, dt_err *err)
                                     "option '%s': %d values for %d features (give 1 or %d)",
                                     i ? "variance" : "mean", l->pad[i], c, c);
     if (l->pad[0]) { /* constants, as Keras keeps them: no weights */
+        /* broadcast once to c means then c variances, what each step uploads */
+        float *v = malloc(2 * (size_t)c * sizeof *v);
+        if (!v)
+            return dt__nn_layer_err(l, DT_ENOMEM, err, "out of memory");
+        for (int i = 0; i < c; i++) {
+            v[i] = l->cfg_floats[l->pad[0] == 1 ? 0 : i];
+            v[c + i] = l->cfg_floats[l->pad[0] + (l->pad[1] == 1 ? 0 : i)];
+        }
+        free(l->cfg_floats);
+        l->cfg_floats = v;
+        l->n_cfg_floats = 2 * (size_t)c;
+        l->pad[0] = l->pad[1] = c;
         l->stat_floats = 2 * (size_t)c;
         return DT_OK;
     }
@@ -106,16 +118,9 @@ static void norm_stats(dt__nn_layer *l, dt__nn_ctx *c, const float **mean, const
         *var = l->w[1].data;
         return;
     }
+    /* stat is the batch's scratch, reallocated with the batch: the constants go up each time */
     int n = norm_features(l);
-    float *host = malloc(2 * (size_t)n * sizeof *host);
-    if (host) { /* a failed malloc leaves the last upload in place */
-        for (int i = 0; i < n; i++) {
-            host[i] = l->cfg_floats[l->pad[0] == 1 ? 0 : i];
-            host[n + i] = l->cfg_floats[l->pad[0] + (l->pad[1] == 1 ? 0 : i)];
-        }
-        c->ops->upload(l->stat, host, 2 * (size_t)n * sizeof *host);
-        free(host);
-    }
+    c->ops->upload(l->stat, l->cfg_floats, 2 * (size_t)n * sizeof(float));
     *mean = l->stat;
     *var = l->stat + n;
 }
