@@ -17,6 +17,8 @@ PY=/usr/bin/python3
 ROUNDS=${ROUNDS:-2}
 
 [[ -x bin/dtrain ]] || make -j2 >/dev/null
+# shellcheck source=scripts/bench/vs-torch-lib.sh
+source scripts/bench/vs-torch-lib.sh
 if ! $PY -c 'import torch' 2>/dev/null; then
   echo "mobilenet-vs-torch: $PY has no torch (apt-get install python3-torch)" >&2
   exit 2
@@ -79,25 +81,5 @@ print('{"samples_per_s": %.2f, "step_s": %.6f, "torch": "%s", "params": %d}' % (
     b / dt, dt, torch.__version__, params))
 PYEOF
 }
-best() { # keep the JSON line with the higher samples_per_s
-  $PY -c 'import json,sys; a=[json.loads(l) for l in sys.argv[1:] if l]; print(json.dumps(max(a, key=lambda r: r["samples_per_s"])))' "$@"
-}
-ours='' torch=''
-for ((r = 0; r < ROUNDS; r++)); do
-  o=$(bin/dtrain bench train --model "$tmp/mobilenet_v2.json" --batch "$BATCH" --threads 1 \
-    --steps "$STEPS" --warmup 2 --json)
-  t=$(torch_bench)
-  ours=$(best "$ours" "$o")
-  torch=$(best "$torch" "$t")
-done
-$PY - "$ours" "$torch" "$SIZE" "$BATCH" <<'PYEOF'
-import json, sys
-o, t = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print("MobileNetV2 %sx%s, batch %s, 1 thread" % (sys.argv[3], sys.argv[3], sys.argv[4]))
-print("dtrain  : %8.2f samples/s  %.1f ms/step  (GEMMs %.1f ms = %.0f%% of the step)" % (
-    o["samples_per_s"], o["step_s"] * 1e3, o["gemm_s"] * 1e3, 100 * o["gemm_fraction"]))
-print("pytorch : %8.2f samples/s  %.1f ms/step  (torch %s, %d parameters)" % (
-    t["samples_per_s"], t["step_s"] * 1e3, t["torch"], t["params"]))
-print("ratio   : %.2fx" % (o["samples_per_s"] / t["samples_per_s"]))
-print("blas    : %s" % o["blas"])
-PYEOF
+vs_torch_rounds "$tmp/mobilenet_v2.json" 2
+vs_torch_report "MobileNetV2 ${SIZE}x${SIZE}, batch $BATCH, 1 thread"

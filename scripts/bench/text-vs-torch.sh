@@ -20,6 +20,8 @@ PY=/usr/bin/python3
 ROUNDS=${ROUNDS:-3}
 
 [[ -x bin/dtrain ]] || make -j2 >/dev/null
+# shellcheck source=scripts/bench/vs-torch-lib.sh
+source scripts/bench/vs-torch-lib.sh
 if ! $PY -c 'import torch' 2>/dev/null; then
   echo "text-vs-torch: $PY has no torch (apt-get install python3-torch)" >&2
   exit 2
@@ -69,28 +71,5 @@ print('{"samples_per_s": %.2f, "step_s": %.6f, "torch": "%s", "params": %d}' % (
     b / dt, dt, torch.__version__, params))
 PYEOF
 }
-best() { # keep the JSON line with the higher samples_per_s
-  $PY -c 'import json,sys; a=[json.loads(l) for l in sys.argv[1:] if l]; print(json.dumps(max(a, key=lambda r: r["samples_per_s"])))' "$@"
-}
-ours='' torch=''
-for ((r = 0; r < ROUNDS; r++)); do
-  o=$(bin/dtrain bench train --model "$tmp/text_lstm.json" --batch "$BATCH" --threads 1 \
-    --steps "$STEPS" --warmup 3 --json)
-  t=$(torch_bench)
-  ours=$(best "$ours" "$o")
-  torch=$(best "$torch" "$t")
-done
-$PY - "$ours" "$torch" "$VOCAB" "$EMBED" "$UNITS" "$SEQ" "$BATCH" <<'PYEOF'
-import json, sys
-o, t = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-vocab, embed, units, seq, batch = sys.argv[3:8]
-print("Embedding(%s, %s) -> LSTM(%s) -> Dense(2), %s tokens a sample, batch %s, 1 thread" % (
-    vocab, embed, units, seq, batch))
-print("dtrain  : %8.2f samples/s  %.1f ms/step  (GEMMs %.1f ms = %.0f%% of the step)" % (
-    o["samples_per_s"], o["step_s"] * 1e3, o["gemm_s"] * 1e3, 100 * o["gemm_fraction"]))
-# PyTorch's LSTM has two bias vectors (b_ih, b_hh) where Keras has one: 4 x units more.
-print("pytorch : %8.2f samples/s  %.1f ms/step  (torch %s, %d parameters)" % (
-    t["samples_per_s"], t["step_s"] * 1e3, t["torch"], t["params"]))
-print("ratio   : %.2fx" % (o["samples_per_s"] / t["samples_per_s"]))
-print("blas    : %s" % o["blas"])
-PYEOF
+vs_torch_rounds "$tmp/text_lstm.json" 3
+vs_torch_report "Embedding($VOCAB, $EMBED) -> LSTM($UNITS) -> Dense(2), $SEQ tokens a sample, batch $BATCH, 1 thread" "two LSTM bias vectors where Keras has one: 4 x units more"
