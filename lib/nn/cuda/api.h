@@ -1,0 +1,68 @@
+/*
+ * api.h - the contract between libdtrain and the CUDA backend (libdtrain-cuda.so).
+ *
+ * The backend is a shared object that libdtrain loads with dlopen the first time a job asks for
+ * a GPU (lib/nn/gpu.c), so the same binaries run on a machine without a driver and CPU runs never
+ * initialise CUDA. It exports one C function, dt_nn_cuda_api_v1, returning this table; abi must
+ * equal DT_NN_CUDA_ABI or the loader refuses the library (a stale build next to new binaries).
+ *
+ * Threads: every GPU replica runs on its own trainer thread, which calls bind once; the kernels
+ * of `ops` then run on that thread's device and stream with its cuBLAS handle. Kernels return
+ * nothing: the first CUDA error of a thread is kept and reported by sync (or bind), which the
+ * trainer calls once per step, so a step costs one host synchronisation.
+ * Numbers: strict float32 (no TF32 unless bind's tf32), reductions in a fixed order without
+ * atomics on floats, so two runs give the same bits.
+ */
+#ifndef DT_NN_CUDA_API_H
+#define DT_NN_CUDA_API_H
+
+#include "nn/ops.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_NN_CUDA_ABI 1
+
+/* One device as the runtime describes it. */
+typedef struct dt_nn_cuda_dev {
+    char name[256]; /* "NVIDIA H200" */
+    int cc_major, cc_minor;
+    int sms;             /* multiprocessors */
+    uint64_t mem;        /* bytes */
+    int driver, runtime; /* versions, 13000 = 13.0 */
+} dt_nn_cuda_dev;
+
+typedef struct dt_nn_cuda_api {
+    int abi;
+    /* The visible devices (CUDA_VISIBLE_DEVICES applies): >= 0, or -1 with a message (no
+     * driver, driver too old). No device is not an error: 0. */
+    int (*device_count)(char *msg, size_t n);
+    int (*device_info)(int dev, dt_nn_cuda_dev *out, char *msg, size_t n);
+    /* Binds the calling thread to dev: creates its stream and cuBLAS handle; tf32 lets cuBLAS
+     * use TF32 tensor cores (strategy.precision "tf32"). 0, or -1 with a message. */
+    int (*bind)(int dev, bool tf32, char *msg, size_t n);
+    /* Frees the thread's stream, handle and scratch (after its buffers are freed). */
+    void (*unbind)(void);
+    /* Waits for the thread's stream; 0, or -1 with the first error since the last sync (and
+     * the kernel that met it), which it then clears. */
+    int (*sync)(char *msg, size_t n);
+    /* The ops table; kernels use the calling thread's binding. */
+    const dt_nn_ops *ops;
+    /* Names of ops entries the backend leaves NULL (a backend under construction), for the
+     * loader's refusal: a NULL-terminated list. */
+    const char *const *missing;
+} dt_nn_cuda_api;
+
+typedef const dt_nn_cuda_api *(*dt_nn_cuda_api_fn)(void);
+#define DT_NN_CUDA_API_SYMBOL "dt_nn_cuda_api_v1"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,295 @@
+/*
+ * ctx.cu - the CUDA backend's entry point: devices, the per-thread binding (device, stream,
+ * cuBLAS handle, scratch), errors, memory, and the ops table the kernel files fill.
+ */
+#include "nn/cuda/internal.cuh"
+
+#include <mutex>
+#include <stdio.h>
+#include <string.h>
+
+static thread_local dt_cu_ctx tls_ctx;
+
+dt_cu_ctx *dt_cu_ctx_get(void)
+{
+    return &tls_ctx;
+}
+
+cudaStream_t dt_cu_stream(void)
+{
+    return tls_ctx.stream;
+}
+
+cublasHandle_t dt_cu_blas(void)
+{
+    return tls_ctx.blas;
+}
+
+void dt_cu_fail(const char *what, const char *file, int line, const char *text)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    if (c->err[0])
+        return;
+    const char *base = strrchr(file, '/');
+    snprintf(c->err, sizeof c->err, "%s (%s:%d): %s", what, base ? base + 1 : file, line,
+             text ? text : "unknown error");
+}
+
+static void say(char *msg, size_t n, const char *fmt, const char *a, const char *b)
+{
+    if (msg && n)
+        snprintf(msg, n, fmt, a, b);
+}
+
+void *dt_cu_scratch(size_t bytes)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    if (bytes <= c->scratch_bytes)
+        return c->scratch;
+    if (c->scratch) {
+        DT_CU(cudaStreamSynchronize(c->stream)); /* a kernel may still read the old one */
+        DT_CU(cudaFree(c->scratch));
+    }
+    c->scratch = NULL;
+    c->scratch_bytes = 0;
+    size_t grow = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes + bytes / 2;
+    void *p = NULL;
+    DT_CU(cudaMalloc(&p, grow));
+    if (!p)
+        return NULL;
+    c->scratch = p;
+    c->scratch_bytes = grow;
+    return p;
+}
+
+void *dt_cu_host(size_t bytes)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    if (bytes <= c->host_bytes)
+        return c->host;
+    if (c->host) {
+        DT_CU(cudaStreamSynchronize(c->stream));
+        DT_CU(cudaFreeHost(c->host));
+    }
+    c->host = NULL;
+    c->host_bytes = 0;
+    size_t grow = bytes < ((size_t)1 << 16) ? ((size_t)1 << 16) : bytes + bytes / 2;
+    void *p = NULL;
+    DT_CU(cudaMallocHost(&p, grow));
+    if (!p)
+        return NULL;
+    c->host = p;
+    c->host_bytes = grow;
+    return p;
+}
+
+void dt_cu_download_sync(void *host, const void *dev, size_t bytes)
+{
+    DT_CU(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, tls_ctx.stream));
+    DT_CU(cudaStreamSynchronize(tls_ctx.stream));
+}
+
+/* --- memory ----------------------------------------------------------------------------------- */
+
+static void *cu_alloc(size_t bytes)
+{
+    if (!tls_ctx.bound) {
+        dt_cu_fail("alloc", __FILE__, __LINE__, "the thread is not bound to a device");
+        return NULL;
+    }
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory is the caller's NULL, not a sticky error */
+        return NULL;
+    }
+    DT_CU(cudaMemsetAsync(p, 0, bytes, tls_ctx.stream));
+    return p;
+}
+
+static void cu_free(void *p)
+{
+    DT_CU(cudaStreamSynchronize(tls_ctx.stream));
+    DT_CU(cudaFree(p));
+}
+
+/* A pageable source is staged before cudaMemcpyAsync returns, so the caller may reuse it. */
+static void cu_upload(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        DT_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, tls_ctx.stream));
+}
+
+static void cu_download(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        dt_cu_download_sync(dst, src, bytes);
+}
+
+void dt_cu_fill_mem(dt_nn_ops *o)
+{
+    o->alloc = cu_alloc;
+    o->free = cu_free;
+    o->upload = cu_upload;
+    o->download = cu_download;
+}
+
+/* --- devices and binding ---------------------------------------------------------------------- */
+
+static int device_count(char *msg, size_t n)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaErrorNoDevice) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (e == cudaErrorInsufficientDriver) {
+        (void)cudaGetLastError();
+        say(msg, n, "%s%s",
+            "no NVIDIA driver for CUDA 13 (libcuda.so.1 missing or older than the runtime)", "");
+        return -1;
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        say(msg, n, "cudaGetDeviceCount: %s%s", cudaGetErrorString(e), "");
+        return -1;
+    }
+    return count;
+}
+
+static int device_info(int dev, dt_nn_cuda_dev *out, char *msg, size_t n)
+{
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, dev);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        say(msg, n, "cudaGetDeviceProperties: %s%s", cudaGetErrorString(e), "");
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->cc_major = p.major;
+    out->cc_minor = p.minor;
+    out->sms = p.multiProcessorCount;
+    out->mem = p.totalGlobalMem;
+    cudaDriverGetVersion(&out->driver);
+    cudaRuntimeGetVersion(&out->runtime);
+    return 0;
+}
+
+static int take_err(char *msg, size_t n)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    if (!c->err[0])
+        return 0;
+    say(msg, n, "%s%s", c->err, "");
+    c->err[0] = '\0';
+    return -1;
+}
+
+static void unbind(void)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    if (!c->bound)
+        return;
+    cudaStreamSynchronize(c->stream);
+    if (c->scratch)
+        cudaFree(c->scratch);
+    if (c->host)
+        cudaFreeHost(c->host);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    memset(c, 0, sizeof *c);
+}
+
+static int bind(int dev, bool tf32, char *msg, size_t n)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    unbind();
+    c->dev = dev;
+    DT_CU(cudaSetDevice(dev));
+    if (!c->err[0])
+        DT_CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    if (!c->err[0])
+        DT_CUBLAS(cublasCreate(&c->blas));
+    if (!c->err[0])
+        DT_CUBLAS(cublasSetStream(c->blas, c->stream));
+    /* CUBLAS_DEFAULT_MATH keeps float32 GEMMs in float32; TF32 only when the spec asks. */
+    if (!c->err[0])
+        DT_CUBLAS(
+            cublasSetMathMode(c->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    c->tf32 = tf32;
+    c->bound = !c->err[0];
+    if (!c->bound) {
+        char e[sizeof c->err];
+        memcpy(e, c->err, sizeof e);
+        unbind();
+        say(msg, n, "%s%s", e, "");
+        return -1;
+    }
+    return 0;
+}
+
+static int sync(char *msg, size_t n)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    if (!c->bound) {
+        say(msg, n, "%s%s", "sync: the thread is not bound to a device", "");
+        return -1;
+    }
+    DT_CU(cudaStreamSynchronize(c->stream));
+    return take_err(msg, n);
+}
+
+/* --- the table -------------------------------------------------------------------------------- */
+
+#define DT_CU_OPS(X)                                                                               \
+    X(alloc)                                                                                       \
+    X(free) X(upload) X(download) X(gemm) X(im2col) X(col2im) X(bias_add) X(bias_grad) X(act_fwd)  \
+        X(act_bwd) X(pool_fwd) X(pool_bwd) X(bn_fwd) X(bn_bwd) X(dropout_fwd) X(axpby) X(mul)      \
+            X(copy) X(copy2d) X(fill) X(loss) X(regularize) X(update) X(sumsq) X(img_flip)         \
+                X(img_adjust) X(img_adjust_bwd) X(img_resize) X(img_resize_bwd) X(img_transform)   \
+                    X(img_transform_bwd) X(dw_fwd) X(dw_bwd) X(max_fwd) X(max_bwd) X(embed_fwd)    \
+                        X(embed_bwd) X(seq_mean) X(seq_mean_bwd) X(ln_fwd) X(ln_bwd) X(attn_mask)  \
+                            X(rnn_fwd) X(rnn_bwd) X(norm_fwd) X(norm_bwd) X(cat_encode)
+
+static dt_nn_ops table;
+static const char *missing[64];
+static dt_nn_cuda_api api;
+static std::once_flag once;
+
+static void build(void)
+{
+    table.name = "cuda";
+    dt_cu_fill_mem(&table);
+    dt_cu_fill_gemm(&table);
+    dt_cu_fill_elem(&table);
+    dt_cu_fill_conv(&table);
+    dt_cu_fill_norm(&table);
+    dt_cu_fill_train(&table);
+    dt_cu_fill_image(&table);
+    dt_cu_fill_seq(&table);
+    size_t k = 0;
+#define DT_CU_MISSING(name)                                                                        \
+    if (!table.name && k + 1 < sizeof missing / sizeof *missing)                                   \
+        missing[k++] = #name;
+    DT_CU_OPS(DT_CU_MISSING)
+#undef DT_CU_MISSING
+    missing[k] = NULL;
+    api.abi = DT_NN_CUDA_ABI;
+    api.device_count = device_count;
+    api.device_info = device_info;
+    api.bind = bind;
+    api.unbind = unbind;
+    api.sync = sync;
+    api.ops = &table;
+    api.missing = missing;
+}
+
+extern "C" __attribute__((visibility("default"))) const dt_nn_cuda_api *dt_nn_cuda_api_v1(void)
+{
+    std::call_once(once, build);
+    return &api;
+}

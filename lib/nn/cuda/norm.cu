@@ -1,0 +1,9 @@
+/*
+ * norm.cu - see internal.cuh for the group of ops this file fills.
+ */
+#include "nn/cuda/internal.cuh"
+
+void dt_cu_fill_norm(dt_nn_ops *o)
+{
+    (void)o;
+}

@@ -1,0 +1,179 @@
+/*
+ * gpu.c - finds and loads libdtrain-cuda.so (see gpu.h and nn/cuda/api.h).
+ */
+#include "nn/gpu.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define LIB_NAME "libdtrain-cuda.so"
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static const dt_nn_cuda_api *loaded;
+static dt_err load_err;
+
+static void *try_open(const char *path, char *why, size_t n)
+{
+    if (access(path, F_OK) != 0)
+        return NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h && why[0] == '\0') {
+        const char *e = dlerror();
+        snprintf(why, n, "%s", e ? e : path);
+    }
+    return h;
+}
+
+static void load(void)
+{
+    char why[512] = "";
+    void *h = NULL;
+    const char *env = getenv("DTRAIN_CUDA_LIB");
+    if (env && *env) {
+        h = try_open(env, why, sizeof why);
+        if (!h) {
+            dt_err_set(&load_err, DT_ENOENT, "DTRAIN_CUDA_LIB=%s: %s", env,
+                       why[0] ? why : "no such file");
+            return;
+        }
+    }
+    char exe[PATH_MAX];
+    ssize_t len = h ? -1 : readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = '\0';
+        static const char *const rel[] = {"", "/../bin", "/../lib/dtrain"};
+        for (size_t i = 0; !h && i < sizeof rel / sizeof *rel; i++) {
+            char path[PATH_MAX + 64];
+            snprintf(path, sizeof path, "%s%s/" LIB_NAME, exe, rel[i]);
+            h = try_open(path, why, sizeof why);
+        }
+    }
+    if (!h) {
+        if (why[0])
+            dt_err_set(&load_err, DT_ENOENT,
+                       "the CUDA backend does not load: %s (put cuBLAS's lib folder on "
+                       "LD_LIBRARY_PATH)",
+                       why);
+        else
+            dt_err_set(&load_err, DT_ENOENT,
+                       "no CUDA backend: " LIB_NAME " is not next to %s (this build had no nvcc; "
+                       "rebuild where it is found, or set DTRAIN_CUDA_LIB)",
+                       len > 0 ? exe : "the executable");
+        return;
+    }
+    dt_nn_cuda_api_fn fn;
+    *(void **)&fn = dlsym(h, DT_NN_CUDA_API_SYMBOL);
+    const dt_nn_cuda_api *api = fn ? fn() : NULL;
+    if (!api || api->abi != DT_NN_CUDA_ABI) {
+        dt_err_set(&load_err, DT_ENOTSUP,
+                   "the CUDA backend " LIB_NAME " is from another build (ABI %d, these binaries "
+                   "need %d): rebuild both",
+                   api ? api->abi : -1, DT_NN_CUDA_ABI);
+        dlclose(h);
+        return;
+    }
+    loaded = api; /* the handle stays open for the process's life */
+}
+
+dt_status dt_nn_gpu_load(const dt_nn_cuda_api **out, dt_err *err)
+{
+    pthread_once(&load_once, load);
+    if (!loaded) {
+        if (err)
+            *err = load_err;
+        return load_err.code ? load_err.code : DT_ENOENT;
+    }
+    *out = loaded;
+    return DT_OK;
+}
+
+int dt_nn_gpu_count(char *why, size_t n)
+{
+    const dt_nn_cuda_api *api;
+    dt_err err = {0};
+    if (dt_nn_gpu_load(&api, &err) != DT_OK) {
+        if (why && n)
+            snprintf(why, n, "%s", err.msg);
+        return 0;
+    }
+    char msg[512] = "";
+    int c = api->device_count(msg, sizeof msg);
+    if (c <= 0 && why && n)
+        snprintf(why, n, "%s", c < 0 ? msg : "no CUDA device is visible");
+    return c < 0 ? 0 : c;
+}
+
+dt_status dt_nn_gpu_complete(dt_err *err)
+{
+    const dt_nn_cuda_api *api;
+    DT_TRY(dt_nn_gpu_load(&api, err));
+    if (!api->missing || !api->missing[0])
+        return DT_OK;
+    char names[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; api->missing[i] && used + 2 < sizeof names; i++)
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                                 api->missing[i]);
+    return dt_err_set(err, DT_ENOTSUP,
+                      "the CUDA backend of this build cannot train yet: it lacks the ops %s",
+                      names);
+}
+
+static dt_status dev_check(const dt_nn_cuda_api **api, int dev, dt_err *err)
+{
+    if (dt_nn_gpu_load(api, err) != DT_OK)
+        return dt_err_prefix(err, "/gpu:%d", dev);
+    char msg[512] = "";
+    int c = (*api)->device_count(msg, sizeof msg);
+    if (c < 0)
+        return dt_err_set(err, DT_ENOENT, "/gpu:%d: %s", dev, msg);
+    if (dev < 0 || dev >= c)
+        return dt_err_set(err, DT_ENOENT, "/gpu:%d: this host has %d visible GPU%s", dev, c,
+                          c == 1 ? "" : "s");
+    return DT_OK;
+}
+
+dt_status dt_nn_gpu_info(int dev, dt_nn_gpu_dev *out, dt_err *err)
+{
+    const dt_nn_cuda_api *api;
+    DT_TRY(dev_check(&api, dev, err));
+    char msg[512] = "";
+    if (api->device_info(dev, out, msg, sizeof msg) != 0)
+        return dt_err_set(err, DT_EIO, "/gpu:%d: %s", dev, msg);
+    return DT_OK;
+}
+
+dt_status dt_nn_gpu_bind(int dev, bool tf32, const dt_nn_ops **ops, dt_err *err)
+{
+    const dt_nn_cuda_api *api;
+    DT_TRY(dev_check(&api, dev, err));
+    char msg[512] = "";
+    if (api->bind(dev, tf32, msg, sizeof msg) != 0)
+        return dt_err_set(err, DT_EIO, "/gpu:%d: %s", dev, msg);
+    *ops = api->ops;
+    return DT_OK;
+}
+
+void dt_nn_gpu_unbind(void)
+{
+    if (loaded)
+        loaded->unbind();
+}
+
+dt_status dt_nn_gpu_sync(dt_err *err)
+{
+    if (!loaded)
+        return dt_err_set(err, DT_ESTATE, "no CUDA backend is loaded");
+    char msg[512] = "";
+    if (loaded->sync(msg, sizeof msg) != 0)
+        return dt_err_set(err, DT_EIO, "GPU: %s", msg);
+    return DT_OK;
+}
