@@ -7,6 +7,7 @@
 #include "core/json.h"
 #include "core/limits.h"
 #include "nn/layer.h"
+#include "nn/ops_cpu.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -393,7 +394,7 @@ dt_status dt_model_from_json(const char *json, size_t len, const dt_model_opts *
         st = dt_err_set(err, DT_ENOMEM, "model: out of memory");
         goto fail;
     }
-    m->ops = (opts && opts->ops) ? opts->ops : dt_nn_ops_cpu();
+    m->ops = (opts && opts->ops) ? opts->ops : dt__nn_ops_default();
     DT_TRY_GOTO(dt__nn_keras_parse(root_j, &m->g, err), st, fail);
     DT_TRY_GOTO(build(m, opts ? opts->seed : 0, opts ? opts->max_bytes : 0, err), st, fail);
     cJSON_Delete(root_j);
@@ -595,6 +596,24 @@ static dt_status weight_for_copy(const dt_model *m, const char *name, size_t n,
         return dt_err_set(err, DT_EINVAL, "weight '%s' has %zu values, not %zu", name, (*w)->size,
                           n);
     return DT_OK;
+}
+
+void dt_model_download_all(dt_model *m, float *host)
+{
+    size_t np, ns;
+    const float *p = dt_model_params(m, &np), *s = dt_model_state(m, &ns);
+    m->ops->download(host, p, np * sizeof(float));
+    if (ns)
+        m->ops->download(host + np, s, ns * sizeof(float));
+}
+
+void dt_model_upload_all(dt_model *m, const float *host)
+{
+    size_t np, ns;
+    float *p = dt_model_params(m, &np), *s = dt_model_state(m, &ns);
+    m->ops->upload(p, host, np * sizeof(float));
+    if (ns)
+        m->ops->upload(s, host + np, ns * sizeof(float));
 }
 
 dt_status dt_model_set_weight(dt_model *m, const char *name, const float *host, size_t n,

@@ -109,6 +109,11 @@ float *dt_model_params(dt_model *m, size_t *n);
 float *dt_model_grads(dt_model *m, size_t *n);
 float *dt_model_state(dt_model *m, size_t *n);
 
+/* The params then the state (np + ns floats, Keras's get_weights order) to or from host memory:
+ * the way host code reads or sets them all, on any backend. */
+void dt_model_download_all(dt_model *m, float *host);
+void dt_model_upload_all(dt_model *m, const float *host);
+
 size_t dt_model_weight_count(const dt_model *m);
 const dt_model_weight *dt_model_weight_at(const dt_model *m, size_t i);
 /* NULL when no weight has that name. */

@@ -264,6 +264,9 @@ typedef enum dt_nn_cat_mode {
 
 typedef struct dt_nn_ops {
     const char *name;
+    /* true: alloc returns memory the host must not touch (a GPU's); buffers then cross with
+     * upload/download only. The CPU table is false; dt_nn_ops_guard() is true. */
+    bool device_memory;
     /* Device memory; alloc returns zeroed memory or NULL. */
     void *(*alloc)(size_t bytes);
     void (*free)(void *p);
@@ -400,8 +403,8 @@ typedef struct dt_nn_ops {
      *   transpose applied to dy.
      * ln_fwd: layer normalization of each row of x (rows, cols): xhat = (x - mean) rstd, rstd =
      *   1 / sqrt(var + eps) (var biased), y = xhat gamma + beta (gamma, beta NULL: 1, 0); keeps
-     *   xhat (rows, cols) and rstd (rows) for ln_bwd, which writes dx (=/+=) and dgamma, dbeta
-     *   (written, column sums in double; NULL: not wanted). */
+     *   xhat (rows, cols) and rstd (rows) for ln_bwd, which writes dx (=/+=; NULL: not wanted)
+     *   and dgamma, dbeta (written, column sums in double; NULL: not wanted). */
     void (*embed_fwd)(const float *ids, size_t n, const float *table, int rows, int dim, float *y,
                       float *mask, float *bad);
     void (*embed_bwd)(const float *ids, size_t n, const float *dy, int rows, int dim,
@@ -439,6 +442,11 @@ typedef struct dt_nn_ops {
 
 /* The CPU backend (OpenBLAS GEMM); never NULL. */
 const dt_nn_ops *dt_nn_ops_cpu(void);
+/* The CPU kernels with the discipline of a device backend enforced: its memory is unreadable to
+ * the host except inside a kernel, upload or download (a stray host access faults at once), and
+ * every kernel checks that its buffers are its own. For tests of code above the table; same
+ * bits as dt_nn_ops_cpu(). DTRAIN_OPS_GUARD=1 makes it the default of models built without ops. */
+const dt_nn_ops *dt_nn_ops_guard(void);
 /* The OpenBLAS core and thread count in one line ("OpenBLAS 0.3.21 Haswell, 1 thread"). */
 const char *dt_nn_blas_info(char *buf, size_t n);
 /* Sets OpenBLAS's thread count (<= 0 leaves the machine's setting). */

@@ -61,4 +61,7 @@ void dt__nn_cpu_norm_bwd(const float *dy, const float *var, float *dx, size_t ro
 void dt__nn_cpu_cat_encode(const float *ids, int n, int t, int tokens, dt_nn_cat_mode mode,
                            float *y, float *bad);
 
+/* The table of models built without one: the CPU's, or the guard's when DTRAIN_OPS_GUARD=1. */
+const dt_nn_ops *dt__nn_ops_default(void);
+
 #endif

@@ -298,18 +298,20 @@ bool dt__train_cb_parse(const char *text, dt__train_cb_state *s, int n)
 
 /* ------------------------------------------------------------- best weights on disk -- */
 
-/* Swaps the model's params + state with buf (np + ns floats), in place. */
-static void swap_weights(dt_model *m, float *buf)
+/* Swaps the model's params + state with buf (np + ns floats). */
+static dt_status swap_weights(dt_model *m, float *buf, dt_err *err)
 {
     size_t np, ns;
-    float *p = dt_model_params(m, &np);
-    float *s = dt_model_state(m, &ns);
-    for (size_t k = 0; k < np + ns; k++) {
-        float *w = k < np ? &p[k] : &s[k - np];
-        float v = *w;
-        *w = buf[k];
-        buf[k] = v;
-    }
+    dt_model_params(m, &np);
+    dt_model_state(m, &ns);
+    float *mine = malloc((np + ns + 1) * sizeof *mine);
+    if (!mine)
+        return dt_err_set(err, DT_ENOMEM, "train: out of memory");
+    dt_model_download_all(m, mine);
+    dt_model_upload_all(m, buf);
+    memcpy(buf, mine, (np + ns) * sizeof *mine);
+    free(mine);
+    return DT_OK;
 }
 
 static void best_path(char *out, size_t cap, const char *dir, int i, int64_t gs)
@@ -324,9 +326,14 @@ dt_status dt__train_cb_save_best(dt_model *m, float *best, const char *dir, int 
     best_path(path, sizeof path, dir, i, gs);
     const char *meta[] = {"format", "dtrain-weights-1", "spec_hash", spec_hash, NULL, NULL};
     /* the model holds the best weights while they are written, then its own again */
-    swap_weights(m, best);
+    DT_TRY(swap_weights(m, best, err));
     dt_status st = dt_train_save_weights(m, NULL, meta, path, err);
-    swap_weights(m, best);
+    dt_err e2 = {0};
+    dt_status st2 = swap_weights(m, best, &e2);
+    if (st == DT_OK && st2 != DT_OK) {
+        *err = e2;
+        st = st2;
+    }
     return st;
 }
 
@@ -336,15 +343,16 @@ dt_status dt__train_cb_load_best(dt_model *m, float *best, const char *dir, int 
     char path[4200];
     best_path(path, sizeof path, dir, i, gs);
     /* the model keeps the checkpoint's weights in best meanwhile, and gets them back */
-    size_t np, ns;
-    const float *p = dt_model_params(m, &np);
-    const float *s = dt_model_state(m, &ns);
-    memcpy(best, p, np * sizeof *p);
-    memcpy(best + np, s, ns * sizeof *s);
+    dt_model_download_all(m, best);
     dt_status st = dt_train_load_weights(m, NULL, path, err);
     if (st != DT_OK)
         dt_err_prefix(err, "$.fit.callbacks[%d] (restore_best_weights)", i);
-    swap_weights(m, best);
+    dt_err e2 = {0};
+    dt_status st2 = swap_weights(m, best, &e2);
+    if (st == DT_OK && st2 != DT_OK) {
+        *err = e2;
+        st = st2;
+    }
     return st;
 }
 

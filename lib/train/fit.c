@@ -43,6 +43,11 @@ struct dt_trainer {
     /* (state size + 4 + the last bucket when it rides along): moving statistics, metrics and
      * the first layers' gradients of one step, in one all-reduce after backward. */
     float *tail;
+    /* When the ops' memory is a device's (a GPU), the ring cannot read the grads: each bucket
+     * is downloaded into this host mirror (np floats), all-reduced there and uploaded back;
+     * bcast stages broadcasts of device buffers. NULL on the CPU, where the ring reads the
+     * model's own buffers. */
+    float *hg, *bcast;
     /* The compiled metrics' sums (spec->nmetrics metrics, nms doubles each): this step's (after
      * the all-reduce), the epoch's so far, and a validation's; their values as reported. */
     size_t nms;
@@ -125,6 +130,20 @@ static dt_status broadcast(const dt_train_comm *c, void *buf, size_t bytes, dt_e
     return c->broadcast(c->ctx, buf, bytes, 0, err);
 }
 
+/* A broadcast of n floats of the model's memory (params, state, optimizer slots), through the
+ * host staging buffer when that memory is a device's. */
+static dt_status broadcast_model(dt_trainer *t, const dt_train_comm *c, float *buf, size_t n,
+                                 dt_err *err)
+{
+    if (!t->bcast || c->world <= 1 || !c->broadcast || n == 0)
+        return broadcast(c, buf, n * sizeof(float), err);
+    const dt_nn_ops *ops = dt_model_ops(t->m);
+    ops->download(t->bcast, buf, n * sizeof(float));
+    DT_TRY(broadcast(c, t->bcast, n * sizeof(float), err));
+    ops->upload(buf, t->bcast, n * sizeof(float));
+    return DT_OK;
+}
+
 /* Starts bucket t->started (grads final from its lo up). */
 static dt_status start_bucket(dt_trainer *t, dt_err *err)
 {
@@ -135,6 +154,11 @@ static dt_status start_bucket(dt_trainer *t, dt_err *err)
     if (k == 0)
         t->first_start = dt_wall_s();
     const dt_train_comm *c = t->comm;
+    if (t->hg) { /* the ring reads host memory */
+        dt_model_ops(t->m)->download(t->hg + t->lo[k], g + t->lo[k],
+                                     (t->hi[k] - t->lo[k]) * sizeof(float));
+        g = t->hg;
+    }
     if (t->spec->compression != DT_JOBSPEC_COMPRESS_NONE)
         DT_TRY(c->allreduce_start_compressed(c->ctx, g + t->lo[k], t->hi[k] - t->lo[k],
                                              t->spec->compression, &t->reqs[k], err));
@@ -224,6 +248,13 @@ static dt_status plan_buckets(dt_trainer *t, dt_err *err)
     t->mstep = calloc(3 * t->nms + 1, sizeof *t->mstep);
     t->mepoch = t->mstep + t->nms;
     t->mval = t->mepoch + t->nms;
+    if (dt_model_ops(t->m)->device_memory) {
+        size_t big = np > nst ? np : nst;
+        t->hg = malloc((np ? np : 1) * sizeof *t->hg);
+        t->bcast = malloc((big ? big : 1) * sizeof *t->bcast);
+        if (!t->hg || !t->bcast)
+            return dt_err_set(err, DT_ENOMEM, "train: out of memory");
+    }
     if (!t->tail || !t->mstep)
         return dt_err_set(err, DT_ENOMEM, "train: out of memory");
     DT_INFO(
@@ -394,6 +425,8 @@ void dt_train_free(dt_trainer *t)
     free(t->hi);
     free(t->reqs);
     free(t->tail);
+    free(t->hg);
+    free(t->bcast);
     free(t->mstep);
     for (int i = 0; i < DT_JOBSPEC_MAX_CALLBACKS; i++) {
         free(t->cbbest[i]);
@@ -638,12 +671,12 @@ static dt_status sync_start(dt_trainer *t, const dt_train_comm *c, position *pos
         }
     size_t n;
     float *p = dt_model_params(t->m, &n);
-    DT_TRY(broadcast(c, p, n * sizeof(float), err));
+    DT_TRY(broadcast_model(t, c, p, n, err));
     p = dt_model_state(t->m, &n);
-    DT_TRY(broadcast(c, p, n * sizeof(float), err));
+    DT_TRY(broadcast_model(t, c, p, n, err));
     dt_model_params(t->m, &n);
     for (size_t k = 0; k < dt_optim_slot_count(t->opt); k++)
-        DT_TRY(broadcast(c, dt_optim_slot(t->opt, k, NULL), n * sizeof(float), err));
+        DT_TRY(broadcast_model(t, c, dt_optim_slot(t->opt, k, NULL), n, err));
     dt_optim_set_iterations(t->opt, pos->global_step);
     pulse(t, DT_TRAIN_WORK);
     return DT_OK;
@@ -726,7 +759,7 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
                                  t->mstep);
     } else {
         memset(t->mstep, 0, t->nms * sizeof *t->mstep);
-        memset(g, 0, np * sizeof(float)); /* no examples: contribute nothing, still join */
+        dt_model_ops(t->m)->fill(np, 0.0f, g); /* no examples: contribute nothing, still join */
     }
     if (t->hook_st != DT_OK) {
         *err = t->hook_err;
@@ -752,12 +785,13 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     if (distributed(c)) {
         while (t->started < t->nwire)
             DT_TRY(start_bucket(t, err));
-        memcpy(t->tail, state, ns * sizeof(float));
+        const dt_nn_ops *ops = dt_model_ops(t->m);
+        ops->download(t->tail, state, ns * sizeof(float));
         size_t ride = 0, lo = 0;
         if (t->nwire < t->nbuckets) {
             lo = t->lo[t->nbuckets - 1];
             ride = t->hi[t->nbuckets - 1] - lo;
-            memcpy(rider, g + lo, ride * sizeof(float));
+            ops->download(rider, g + lo, ride * sizeof(float));
         }
         void *treq = NULL;
         DT_TRY(c->allreduce_start(c->ctx, t->tail, ns + 4 + t->nms + ride, &treq, err));
@@ -766,11 +800,14 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
             DT_TRY(c->wait(c->ctx, t->reqs[k], err));
         DT_TRY(c->wait(c->ctx, treq, err));
         pulse(t, DT_TRAIN_WORK);
-        memcpy(g + lo, rider, ride * sizeof(float));
+        ops->upload(g + lo, rider, ride * sizeof(float));
+        for (size_t k = 0; t->hg && k < t->nwire; k++)
+            ops->upload(g + t->lo[k], t->hg + t->lo[k], (t->hi[k] - t->lo[k]) * sizeof(float));
         /* the same sum on every replica, times the same factor: still bit-identical */
         float inv = 1.0f / (float)c->world;
         for (size_t i = 0; i < ns; i++)
-            state[i] = t->tail[i] * inv;
+            t->tail[i] *= inv;
+        ops->upload(state, t->tail, ns * sizeof(float));
     }
     t->comm = NULL;
     double t2 = dt_wall_s();
@@ -929,16 +966,10 @@ static void log_phases(dt_trainer *t, int epoch)
 /* The params + state, as Keras's get_weights/set_weights take them, to or from buf. */
 static void copy_weights(dt_trainer *t, float *buf, bool restore)
 {
-    size_t np, ns;
-    float *p = dt_model_params(t->m, &np);
-    float *s = dt_model_state(t->m, &ns);
-    if (restore) {
-        memcpy(p, buf, np * sizeof(float));
-        memcpy(s, buf + np, ns * sizeof(float));
-    } else {
-        memcpy(buf, p, np * sizeof(float));
-        memcpy(buf + np, s, ns * sizeof(float));
-    }
+    if (restore)
+        dt_model_upload_all(t->m, buf);
+    else
+        dt_model_download_all(t->m, buf);
 }
 
 /* The callbacks' on_epoch_end, in the order given, on the epoch's all-reduced logs. */

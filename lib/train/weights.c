@@ -21,7 +21,7 @@ dt_status dt_train_save_weights(const dt_model *m, dt_optim *o, const char *cons
 {
     dt_st_writer *w = dt_st_writer_new();
     size_t nw = dt_model_weight_count(m);
-    float **host = calloc(nw ? nw : 1, sizeof *host);
+    float **host = calloc(nw ? nw : 1, sizeof *host), **shost = NULL;
     dt_status st = DT_OK;
     if (!w || !host) {
         st = dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
@@ -38,10 +38,26 @@ dt_status dt_train_save_weights(const dt_model *m, dt_optim *o, const char *cons
         DT_TRY_GOTO(dt_st_writer_add(w, wt->name, DT_ST_F32, wt->ndim, wt->shape, host[i], err), st,
                     done);
     }
-    size_t nslots = o ? dt_optim_slot_count(o) : 0;
+    size_t nslots = o ? dt_optim_slot_count(o) : 0, np = 0;
+    for (size_t i = 0; i < nw; i++) { /* a slot is laid out as the params buffer */
+        const dt_model_weight *wt = dt_model_weight_at(m, i);
+        if (wt->trainable && wt->offset + wt->size > np)
+            np = wt->offset + wt->size;
+    }
+    if (nslots && !(shost = calloc(nslots, sizeof *shost))) {
+        st = dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
     for (size_t k = 0; k < nslots; k++) {
         const char *slot;
-        float *buf = dt_optim_slot(o, k, &slot);
+        const float *dev = dt_optim_slot(o, k, &slot);
+        /* the writer reads the buffers when it writes: host copies, kept until then */
+        float *buf = shost[k] = malloc(np * sizeof(float) + 1);
+        if (!buf) {
+            st = dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
+            goto done;
+        }
+        dt_model_ops(m)->download(buf, dev, np * sizeof(float));
         for (size_t i = 0; i < nw; i++) {
             const dt_model_weight *wt = dt_model_weight_at(m, i);
             if (!wt->trainable)
@@ -66,6 +82,9 @@ done:
     for (size_t i = 0; host && i < nw; i++)
         free(host[i]);
     free(host);
+    for (size_t k = 0; shost && k < dt_optim_slot_count(o); k++)
+        free(shost[k]);
+    free(shost);
     dt_st_writer_free(w);
     return st;
 }
@@ -142,7 +161,7 @@ dt_status dt_train_load_weights(dt_model *m, dt_optim *o, const char *path, dt_e
                 goto done;
             }
             DT_TRY_GOTO(check_shape(t, wt, path, err), st, done);
-            memcpy(buf + wt->offset, t->data, wt->size * sizeof(float));
+            dt_model_ops(m)->upload(buf + wt->offset, t->data, wt->size * sizeof(float));
         }
     }
     const char *it = dt_st_metadata(f, "iterations");
@@ -273,11 +292,22 @@ done:
 uint64_t dt_train_weights_hash(dt_model *m)
 {
     uint64_t h = DT_FNV1A64_INIT;
-    size_t n;
-    for (int b = 0; b < 2; b++) {
-        const float *p = b ? dt_model_state(m, &n) : dt_model_params(m, &n);
+    size_t np, ns;
+    const float *p = dt_model_params(m, &np), *s = dt_model_state(m, &ns);
+    if (!dt_model_ops(m)->device_memory) {
         if (p)
-            h = dt_fnv1a64(h, p, n * sizeof(float));
+            h = dt_fnv1a64(h, p, np * sizeof(float));
+        if (s)
+            h = dt_fnv1a64(h, s, ns * sizeof(float));
+        return h;
     }
+    float *host = malloc((np + ns + 1) * sizeof *host);
+    if (!host)
+        return 0; /* no hash: differs from every real one */
+    dt_model_download_all(m, host);
+    h = dt_fnv1a64(h, host, np * sizeof(float));
+    if (ns)
+        h = dt_fnv1a64(h, host + np, ns * sizeof(float));
+    free(host);
     return h;
 }

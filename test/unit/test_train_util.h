@@ -428,9 +428,10 @@ static inline void *tt_replica_main(void *arg)
             }
         }
         size_t n;
-        const float *p = dt_model_params(dt_train_model(t), &n);
+        dt_model *m = dt_train_model(t);
+        const float *p = dt_model_params(m, &n);
         r->params = malloc(n * sizeof(float));
-        memcpy(r->params, p, n * sizeof(float));
+        dt_model_ops(m)->download(r->params, p, n * sizeof(float));
         r->nparams = n;
     }
     if (r->st != DT_OK && r->st != DT_ECANCELED)

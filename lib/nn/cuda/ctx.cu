@@ -263,6 +263,7 @@ static std::once_flag once;
 static void build(void)
 {
     table.name = "cuda";
+    table.device_memory = true;
     dt_cu_fill_mem(&table);
     dt_cu_fill_gemm(&table);
     dt_cu_fill_elem(&table);

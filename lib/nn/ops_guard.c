@@ -1,0 +1,551 @@
+/*
+ * ops_guard.c - the CPU kernels behind the walls of a device backend (see dt_nn_ops_guard).
+ *
+ * A GPU backend's buffers cannot be read by the host; code above the ops table that forgets it
+ * works on the CPU and breaks on the first GPU. This table makes the CPU strict: its memory is
+ * one arena mapped PROT_NONE except while a kernel, upload or download runs (then read-write),
+ * so a host access outside them faults where it happens, and each kernel aborts naming the
+ * argument when a buffer it is handed lies outside the arena (host memory where device memory
+ * is due). Allocation is a bump pointer over fresh pages (zeroed, as the contract wants); freed
+ * memory is not reused, which tests of a few thousand steps afford.
+ */
+#include "nn/ops.h"
+#include "nn/ops_cpu.h"
+
+#include <execinfo.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define ARENA_BYTES ((size_t)16 << 30) /* reserved, not committed */
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char *arena;
+static size_t used, opened_len;
+static int open_count; /* kernels running: the arena is open while any is */
+static const dt_nn_ops *cpu;
+
+/* A fault inside the arena is the bug this table exists to find: say so, with the stack. */
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    const char *a = si->si_addr;
+    if (a >= arena && a < arena + ARENA_BYTES) {
+        static const char msg[] = "ops guard: the host touched device memory outside a kernel "
+                                  "(use upload/download); stack:\n";
+        if (write(2, msg, sizeof msg - 1) < 0) {
+        }
+        void *pcs[48];
+        backtrace_symbols_fd(pcs, backtrace(pcs, 48), 2);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void init(void)
+{
+    struct sigaction sa = {.sa_sigaction = on_segv, .sa_flags = SA_SIGINFO | SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, NULL);
+    cpu = dt_nn_ops_cpu();
+    void *p =
+        mmap(NULL, ARENA_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("ops guard: mmap");
+        abort();
+    }
+    arena = p;
+}
+
+static void protect(size_t len, int prot)
+{
+    if (len && mprotect(arena, len, prot) != 0) {
+        perror("ops guard: mprotect");
+        abort();
+    }
+}
+
+/* Several replicas' threads may run kernels at once: the arena closes when the last ends. */
+static void open_arena(void)
+{
+    pthread_mutex_lock(&lock);
+    if (open_count++ == 0 || opened_len < used) {
+        protect(used, PROT_READ | PROT_WRITE);
+        opened_len = used;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static void close_arena(void)
+{
+    pthread_mutex_lock(&lock);
+    if (--open_count == 0) {
+        protect(opened_len, PROT_NONE);
+        opened_len = 0;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static bool in_arena(const void *p)
+{
+    return (const char *)p >= arena && (const char *)p < arena + used;
+}
+
+static void check(const char *op, const char *arg, const void *p, bool may_be_null)
+{
+    if ((!p && may_be_null) || (p && in_arena(p)))
+        return;
+    fprintf(stderr, "ops guard: %s: argument %s = %p is %s\n", op, arg, p,
+            p ? "not device memory (a host buffer handed to a kernel)" : "NULL");
+    abort();
+}
+/* Host memory where the contract says so (a device buffer there is the bug). */
+static void check_host(const char *op, const char *arg, const void *p)
+{
+    if (p && !in_arena(p))
+        return;
+    fprintf(stderr, "ops guard: %s: argument %s = %p is %s\n", op, arg, p,
+            p ? "device memory where host memory is due" : "NULL");
+    abort();
+}
+#define DEV(p) check(__func__, #p, p, false)
+#define OPT(p) check(__func__, #p, p, true)
+
+static void *g_alloc(size_t bytes)
+{
+    pthread_once(&once, init);
+    pthread_mutex_lock(&lock);
+    size_t at = (used + 63) & ~(size_t)63, len = bytes ? bytes : 1;
+    void *p = NULL;
+    if (at + len <= ARENA_BYTES) {
+        p = arena + at;
+        used = at + len;
+        if (open_count) { /* a kernel is running: the new bytes open with the rest */
+            protect(used, PROT_READ | PROT_WRITE);
+            opened_len = used;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return p;
+}
+
+static void g_free(void *p)
+{
+    DEV(p);
+}
+
+static void g_upload(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    DEV(dst);
+    check_host(__func__, "src", src);
+    open_arena();
+    memcpy(dst, src, bytes);
+    close_arena();
+}
+
+static void g_download(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    DEV(src);
+    check_host(__func__, "dst", dst);
+    open_arena();
+    memcpy(dst, src, bytes);
+    close_arena();
+}
+
+/* Runs the CPU kernel with the arena open. */
+#define RUN(call)                                                                                  \
+    do {                                                                                           \
+        open_arena();                                                                              \
+        cpu->call;                                                                                 \
+        close_arena();                                                                             \
+    } while (0)
+
+static void g_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+                   const float *b, int ldb, float beta, float *c, int ldc)
+{
+    DEV(a), DEV(b), DEV(c);
+    RUN(gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
+}
+
+static void g_im2col(const dt_nn_win *g, const float *x, float *col)
+{
+    DEV(x), DEV(col);
+    RUN(im2col(g, x, col));
+}
+
+static void g_col2im(const dt_nn_win *g, const float *col, float *dx, bool acc)
+{
+    DEV(col), DEV(dx);
+    RUN(col2im(g, col, dx, acc));
+}
+
+static void g_bias_add(float *y, const float *b, size_t rows, int cols)
+{
+    DEV(y), DEV(b);
+    RUN(bias_add(y, b, rows, cols));
+}
+
+static void g_bias_grad(const float *dy, size_t rows, int cols, float *db, bool acc)
+{
+    DEV(dy), DEV(db);
+    RUN(bias_grad(dy, rows, cols, db, acc));
+}
+
+static void g_act_fwd(const dt_nn_act_p *a, const float *z, float *y, size_t rows, int cols)
+{
+    DEV(z), DEV(y);
+    RUN(act_fwd(a, z, y, rows, cols));
+}
+
+static void g_act_bwd(const dt_nn_act_p *a, const float *z, const float *y, const float *dy,
+                      float *dz, size_t rows, int cols, bool acc)
+{
+    OPT(z), DEV(y), DEV(dy), DEV(dz);
+    RUN(act_bwd(a, z, y, dy, dz, rows, cols, acc));
+}
+
+static void g_pool_fwd(dt_nn_pool kind, const dt_nn_win *g, const float *x, float *y, int32_t *arg)
+{
+    DEV(x), DEV(y), OPT(arg);
+    RUN(pool_fwd(kind, g, x, y, arg));
+}
+
+static void g_pool_bwd(dt_nn_pool kind, const dt_nn_win *g, const float *dy, const int32_t *arg,
+                       float *dx, bool acc)
+{
+    DEV(dy), OPT(arg), DEV(dx);
+    RUN(pool_bwd(kind, g, dy, arg, dx, acc));
+}
+
+static void g_bn_fwd(bool training, const float *x, float *y, size_t rows, int cols,
+                     const float *gamma, const float *beta, float *mmean, float *mvar,
+                     float momentum, float eps, float *smean, float *svar, float relu)
+{
+    DEV(x), DEV(y), OPT(gamma), OPT(beta), DEV(mmean), DEV(mvar), OPT(smean), OPT(svar);
+    RUN(bn_fwd(training, x, y, rows, cols, gamma, beta, mmean, mvar, momentum, eps, smean, svar,
+               relu));
+}
+
+static void g_bn_bwd(const float *dy, const float *x, size_t rows, int cols, const float *gamma,
+                     const float *beta, const float *smean, const float *svar, float eps, float *dx,
+                     bool acc, float *dgamma, float *dbeta, float relu)
+{
+    DEV(dy), DEV(x), OPT(gamma), OPT(beta), DEV(smean), DEV(svar), OPT(dx), OPT(dgamma), OPT(dbeta);
+    RUN(bn_bwd(dy, x, rows, cols, gamma, beta, smean, svar, eps, dx, acc, dgamma, dbeta, relu));
+}
+
+static void g_dropout_fwd(const float *x, float *y, float *mask, size_t n, float rate, dt_rng *rng)
+{
+    DEV(x), DEV(y), DEV(mask);
+    check_host(__func__, "rng", rng);
+    RUN(dropout_fwd(x, y, mask, n, rate, rng));
+}
+
+static void g_axpby(size_t n, float a, const float *x, float b, float *y)
+{
+    DEV(x), DEV(y);
+    RUN(axpby(n, a, x, b, y));
+}
+
+static void g_mul(size_t n, const float *x, const float *m, float *y, bool acc)
+{
+    DEV(x), DEV(m), DEV(y);
+    RUN(mul(n, x, m, y, acc));
+}
+
+static void g_copy(size_t n, const float *x, float *y, bool acc)
+{
+    DEV(x), DEV(y);
+    RUN(copy(n, x, y, acc));
+}
+
+static void g_copy2d(size_t rows, int cols, const float *x, int ldx, float *y, int ldy, bool acc)
+{
+    DEV(x), DEV(y);
+    RUN(copy2d(rows, cols, x, ldx, y, ldy, acc));
+}
+
+static void g_fill(size_t n, float v, float *y)
+{
+    DEV(y);
+    RUN(fill(n, v, y));
+}
+
+static void g_loss(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
+                   const float *values, const float *row_w, size_t n, int cols, float scale,
+                   float *dpred, double *loss_sum)
+{
+    DEV(pred), OPT(labels), OPT(values), OPT(row_w), DEV(dpred);
+    check_host(__func__, "loss_sum", loss_sum);
+    RUN(loss(p, pred, labels, values, row_w, n, cols, scale, dpred, loss_sum));
+}
+
+static double g_regularize(const float *w, float *g, size_t n, float l1, float l2, float scale)
+{
+    DEV(w), DEV(g);
+    open_arena();
+    double r = cpu->regularize(w, g, n, l1, l2, scale);
+    close_arena();
+    return r;
+}
+
+static void g_update(const dt_nn_update *u, float *w, const float *g, size_t n)
+{
+    DEV(w), DEV(g), OPT(u->ema);
+    for (int i = 0; i < 3; i++)
+        OPT(u->slot[i]);
+    RUN(update(u, w, g, n));
+}
+
+static void g_sumsq(const float *x, size_t nseg, const size_t *off, const size_t *len, double *out)
+{
+    DEV(x);
+    check_host(__func__, "out", out);
+    RUN(sumsq(x, nseg, off, len, out));
+}
+
+static void g_img_flip(int n, int h, int w, int c, const int32_t *flags, const float *x, float *y,
+                       bool acc)
+{
+    DEV(flags), DEV(x), DEV(y);
+    RUN(img_flip(n, h, w, c, flags, x, y, acc));
+}
+
+static void g_img_adjust(int n, int hw, int c, const float *f, const float *d, float lo, float hi,
+                         const float *x, float *y)
+{
+    OPT(f), OPT(d), DEV(x), DEV(y);
+    RUN(img_adjust(n, hw, c, f, d, lo, hi, x, y));
+}
+
+static void g_img_adjust_bwd(int n, int hw, int c, const float *f, const float *d, float lo,
+                             float hi, const float *x, const float *dy, float *dx, bool acc)
+{
+    OPT(f), OPT(d), DEV(x), DEV(dy), DEV(dx);
+    RUN(img_adjust_bwd(n, hw, c, f, d, lo, hi, x, dy, dx, acc));
+}
+
+static void g_img_resize(const dt_nn_resize *g, const float *x, float *y)
+{
+    DEV(x), DEV(y);
+    RUN(img_resize(g, x, y));
+}
+
+static void g_img_resize_bwd(const dt_nn_resize *g, const float *dy, float *dx, bool acc)
+{
+    DEV(dy), DEV(dx);
+    RUN(img_resize_bwd(g, dy, dx, acc));
+}
+
+static void g_img_transform(const dt_nn_transform *g, const float *t, const float *x, float *y)
+{
+    DEV(t), DEV(x), DEV(y);
+    RUN(img_transform(g, t, x, y));
+}
+
+static void g_img_transform_bwd(const dt_nn_transform *g, const float *t, const float *dy,
+                                float *dx, bool acc)
+{
+    DEV(t), DEV(dy), DEV(dx);
+    RUN(img_transform_bwd(g, t, dy, dx, acc));
+}
+
+static void g_dw_fwd(const dt_nn_win *g, int mult, const float *x, const float *k, float *y)
+{
+    DEV(x), DEV(k), DEV(y);
+    RUN(dw_fwd(g, mult, x, k, y));
+}
+
+static void g_dw_bwd(const dt_nn_win *g, int mult, const float *x, const float *k, const float *dy,
+                     float *dk, float *dx, bool acc)
+{
+    DEV(x), DEV(k), DEV(dy), OPT(dk), OPT(dx);
+    RUN(dw_bwd(g, mult, x, k, dy, dk, dx, acc));
+}
+
+static void g_max_fwd(size_t n, int k, const float *const *xs, float *y, uint8_t *arg)
+{
+    check_host(__func__, "xs", xs);
+    for (int i = 0; i < k; i++)
+        check(__func__, "xs[i]", xs[i], false);
+    DEV(y), DEV(arg);
+    RUN(max_fwd(n, k, xs, y, arg));
+}
+
+static void g_max_bwd(size_t n, int i, const uint8_t *arg, const float *dy, float *dx, bool acc)
+{
+    DEV(arg), DEV(dy), DEV(dx);
+    RUN(max_bwd(n, i, arg, dy, dx, acc));
+}
+
+static void g_embed_fwd(const float *ids, size_t n, const float *table, int rows, int dim, float *y,
+                        float *mask, float *bad)
+{
+    DEV(ids), DEV(table), DEV(y), OPT(mask), DEV(bad);
+    RUN(embed_fwd(ids, n, table, rows, dim, y, mask, bad));
+}
+
+static void g_embed_bwd(const float *ids, size_t n, const float *dy, int rows, int dim,
+                        float *dtable)
+{
+    DEV(ids), DEV(dy), DEV(dtable);
+    RUN(embed_bwd(ids, n, dy, rows, dim, dtable));
+}
+
+static void g_seq_mean(int n, int t, int c, const float *x, const float *mask, float *y)
+{
+    DEV(x), OPT(mask), DEV(y);
+    RUN(seq_mean(n, t, c, x, mask, y));
+}
+
+static void g_seq_mean_bwd(int n, int t, int c, const float *dy, const float *mask, float *dx,
+                           bool acc)
+{
+    DEV(dy), OPT(mask), DEV(dx);
+    RUN(seq_mean_bwd(n, t, c, dy, mask, dx, acc));
+}
+
+static void g_ln_fwd(const float *x, float *y, float *xhat, float *rstd, size_t rows, int cols,
+                     const float *gamma, const float *beta, float eps)
+{
+    DEV(x), DEV(y), DEV(xhat), DEV(rstd), OPT(gamma), OPT(beta);
+    RUN(ln_fwd(x, y, xhat, rstd, rows, cols, gamma, beta, eps));
+}
+
+static void g_ln_bwd(const float *dy, const float *xhat, const float *rstd, size_t rows, int cols,
+                     const float *gamma, float *dx, bool acc, float *dgamma, float *dbeta)
+{
+    DEV(dy), DEV(xhat), DEV(rstd), OPT(gamma), OPT(dx), OPT(dgamma), OPT(dbeta);
+    RUN(ln_bwd(dy, xhat, rstd, rows, cols, gamma, dx, acc, dgamma, dbeta));
+}
+
+static void g_attn_mask(float *s, const float *qm, const float *vm, const float *km, int n,
+                        int heads, int tq, int tv, bool causal)
+{
+    DEV(s), OPT(qm), OPT(vm), OPT(km);
+    RUN(attn_mask(s, qm, vm, km, n, heads, tq, tv, causal));
+}
+
+static void rnn_check(const char *op, const dt_nn_rnn_step *s)
+{
+    check(op, "mask", s->mask, true);
+    check(op, "a", s->a, true);
+    check(op, "r", s->r, true);
+    check(op, "q", s->q, true);
+    check(op, "h0", s->h0, true);
+    check(op, "h1", s->h1, true);
+    check(op, "c0", s->c0, true);
+    check(op, "c1", s->c1, true);
+    check(op, "y", s->y, true);
+    check(op, "dy", s->dy, true);
+    check(op, "dh", s->dh, true);
+    check(op, "dc", s->dc, true);
+    check(op, "dq", s->dq, true);
+}
+
+static void g_rnn_fwd(const dt_nn_rnn_step *s)
+{
+    rnn_check(__func__, s);
+    RUN(rnn_fwd(s));
+}
+
+static void g_rnn_bwd(const dt_nn_rnn_step *s)
+{
+    rnn_check(__func__, s);
+    RUN(rnn_bwd(s));
+}
+
+static void g_norm_fwd(const float *x, float *y, const float *mean, const float *var, size_t rows,
+                       int cols, bool invert)
+{
+    DEV(x), DEV(y), DEV(mean), DEV(var);
+    RUN(norm_fwd(x, y, mean, var, rows, cols, invert));
+}
+
+static void g_norm_bwd(const float *dy, const float *var, float *dx, size_t rows, int cols,
+                       bool invert, bool acc)
+{
+    DEV(dy), DEV(var), DEV(dx);
+    RUN(norm_bwd(dy, var, dx, rows, cols, invert, acc));
+}
+
+static void g_cat_encode(const float *ids, int n, int t, int tokens, dt_nn_cat_mode mode, float *y,
+                         float *bad)
+{
+    DEV(ids), DEV(y), DEV(bad);
+    RUN(cat_encode(ids, n, t, tokens, mode, y, bad));
+}
+
+static const dt_nn_ops guard_ops = {
+    .name = "guard",
+    .device_memory = true,
+    .alloc = g_alloc,
+    .free = g_free,
+    .upload = g_upload,
+    .download = g_download,
+    .gemm = g_gemm,
+    .im2col = g_im2col,
+    .col2im = g_col2im,
+    .bias_add = g_bias_add,
+    .bias_grad = g_bias_grad,
+    .act_fwd = g_act_fwd,
+    .act_bwd = g_act_bwd,
+    .pool_fwd = g_pool_fwd,
+    .pool_bwd = g_pool_bwd,
+    .bn_fwd = g_bn_fwd,
+    .bn_bwd = g_bn_bwd,
+    .dropout_fwd = g_dropout_fwd,
+    .axpby = g_axpby,
+    .mul = g_mul,
+    .copy = g_copy,
+    .copy2d = g_copy2d,
+    .fill = g_fill,
+    .loss = g_loss,
+    .regularize = g_regularize,
+    .update = g_update,
+    .sumsq = g_sumsq,
+    .img_flip = g_img_flip,
+    .img_adjust = g_img_adjust,
+    .img_adjust_bwd = g_img_adjust_bwd,
+    .img_resize = g_img_resize,
+    .img_resize_bwd = g_img_resize_bwd,
+    .img_transform = g_img_transform,
+    .img_transform_bwd = g_img_transform_bwd,
+    .dw_fwd = g_dw_fwd,
+    .dw_bwd = g_dw_bwd,
+    .max_fwd = g_max_fwd,
+    .max_bwd = g_max_bwd,
+    .embed_fwd = g_embed_fwd,
+    .embed_bwd = g_embed_bwd,
+    .seq_mean = g_seq_mean,
+    .seq_mean_bwd = g_seq_mean_bwd,
+    .ln_fwd = g_ln_fwd,
+    .ln_bwd = g_ln_bwd,
+    .attn_mask = g_attn_mask,
+    .rnn_fwd = g_rnn_fwd,
+    .rnn_bwd = g_rnn_bwd,
+    .norm_fwd = g_norm_fwd,
+    .norm_bwd = g_norm_bwd,
+    .cat_encode = g_cat_encode,
+};
+
+const dt_nn_ops *dt_nn_ops_guard(void)
+{
+    pthread_once(&once, init);
+    return &guard_ops;
+}
+
+const dt_nn_ops *dt__nn_ops_default(void)
+{
+    const char *e = getenv("DTRAIN_OPS_GUARD");
+    return e && *e && strcmp(e, "0") != 0 ? dt_nn_ops_guard() : dt_nn_ops_cpu();
+}
