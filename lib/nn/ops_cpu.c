@@ -1,6 +1,7 @@
 /* ops_cpu.c - the CPU backend: GEMM on OpenBLAS, everything else in plain loops over host memory.
  * Convolution lowering and pooling live in ops_cpu_conv.c, losses and optimizers in
  * ops_cpu_train.c; this file holds the table and the element-wise kernels. */
+#include "nn/dropout_hash.h"
 #include "nn/ops.h"
 #include "nn/ops_cpu.h"
 
@@ -589,12 +590,15 @@ static void cpu_bn_bwd(const float *dy, const float *x, size_t rows, int cols, c
     free(f);
 }
 
+/* One key from the rng per call; element i keeps iff its counter-based draw u_i >= rate (see
+ * dropout_hash.h), so the CUDA backend draws the same mask in parallel. */
 static void cpu_dropout_fwd(const float *x, float *y, float *mask, size_t n, float rate,
                             dt_rng *rng)
 {
     float keep = 1.0f / (1.0f - rate);
+    uint64_t key = dt_rng_u64(rng);
     for (size_t i = 0; i < n; i++) {
-        mask[i] = dt_rng_uniform(rng) >= rate ? keep : 0.0f;
+        mask[i] = dt__nn_dropout_u(key, i) >= rate ? keep : 0.0f;
         y[i] = x[i] * mask[i];
     }
 }
