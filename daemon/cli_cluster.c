@@ -19,7 +19,8 @@ static void usage(FILE *f)
             "Shows the cluster as the daemon at --addr sees it (the chief knows it best): each\n"
             "task's address, rank, state (joined, missing, dead, left; unhealthy: alive but out\n"
             "of jobs until it recovers, e.g. its trainer hung, with the reason below the table),\n"
-            "seconds since its last heartbeat, version, cores and GPUs.\n"
+            "seconds since its last heartbeat, version, cores, GPUs and their model (as the\n"
+            "task's driver names them; CUDA_VISIBLE_DEVICES in its environment is honoured).\n"
             "--token-file defaults to $DTRAIN_TOKEN_FILE. Exit 1 when the daemon cannot be\n"
             "reached.\n");
 }
@@ -53,6 +54,7 @@ static void print_json(const Dtrain__V1__ClusterView *v)
         cJSON_AddStringToObject(t, "version", m->version ? m->version : "");
         cJSON_AddNumberToObject(t, "cores", m->cores);
         cJSON_AddNumberToObject(t, "gpus", m->gpus);
+        cJSON_AddStringToObject(t, "gpu_model", m->gpu_model ? m->gpu_model : "");
         cJSON_AddItemToArray(tasks, t);
     }
     dt_cli_print_json(j);
@@ -62,8 +64,8 @@ static void print_table(const Dtrain__V1__ClusterView *v)
 {
     printf("chief %s, generation %llu, %s (as seen by %s)\n\n", v->chief,
            (unsigned long long)v->generation, v->formed ? "formed" : "forming", v->reporter);
-    printf("%-12s %-24s %4s  %-8s %9s  %-8s %5s %4s\n", "TASK", "ADDRESS", "RANK", "STATE",
-           "HEARTBEAT", "VERSION", "CORES", "GPUS");
+    printf("%-12s %-24s %4s  %-8s %9s  %-8s %5s %4s  %s\n", "TASK", "ADDRESS", "RANK", "STATE",
+           "HEARTBEAT", "VERSION", "CORES", "GPUS", "GPU MODEL");
     for (size_t i = 0; i < v->n_members; i++) {
         const Dtrain__V1__Member *m = v->members[i];
         char name[64], age[32];
@@ -74,9 +76,9 @@ static void print_table(const Dtrain__V1__ClusterView *v)
         else
             snprintf(age, sizeof age, "never");
         bool sick = m->unhealthy && *m->unhealthy;
-        printf("%-12s %-24s %4d  %-8s %9s  %-8s %5u %4u\n", name, m->address, m->rank,
+        printf("%-12s %-24s %4d  %-8s %9s  %-8s %5u %4u  %s\n", name, m->address, m->rank,
                sick ? "unhealthy" : m->state, age, m->version && *m->version ? m->version : "-",
-               m->cores, m->gpus);
+               m->cores, m->gpus, m->gpu_model && *m->gpu_model ? m->gpu_model : "-");
     }
     for (size_t i = 0; i < v->n_members; i++) {
         const Dtrain__V1__Member *m = v->members[i];

@@ -6,6 +6,7 @@
 #include "cluster/cluster.h"
 #include "config/tfconfig.h"
 #include "core/buf.h"
+#include "core/hw.h"
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/sdnotify.h"
@@ -15,7 +16,6 @@
 #include "rpc/rpc.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -444,19 +444,13 @@ static int setup_tls(dt_daemon *d)
     return -1;
 }
 
-static void count_hw(int *cores, int *gpus)
+/* The cores and the GPUs this daemon reports to the cluster: GPUs from the driver's files, never
+ * through CUDA (core/hw.h), as CUDA_VISIBLE_DEVICES leaves them. */
+static void count_hw(int *cores, dt_hw_gpus *gpus)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     *cores = n > 0 ? (int)n : 1;
-    *gpus = 0;
-    DIR *dir = opendir("/dev");
-    if (!dir)
-        return;
-    struct dirent *e;
-    while ((e = readdir(dir)))
-        if (strncmp(e->d_name, "nvidia", 6) == 0 && e->d_name[6] >= '0' && e->d_name[6] <= '9')
-            (*gpus)++;
-    closedir(dir);
+    dt_hw_count_gpus("/dev", "/proc/driver/nvidia/gpus", getenv("CUDA_VISIBLE_DEVICES"), gpus);
 }
 
 static void daemon_stop(dt_daemon *d, int code);
@@ -642,15 +636,21 @@ static int run(dt_daemon *d)
     DT_INFO("daemon", "dtraind %s serving %s as %s (rank %d of %d)%s, TLS %s", DT_VERSION, bind,
             tag, d->spec.self.rank, d->spec.world_size, d->token ? ", token required" : "",
             dt_rpc_tls_mode_name(dt_rpc_tls_get_mode()));
-    int cores, gpus;
+    int cores;
+    dt_hw_gpus gpus;
     count_hw(&cores, &gpus);
+    if (gpus.count)
+        DT_INFO("daemon", "%d GPU%s (%s)%s", gpus.count, gpus.count == 1 ? "" : "s",
+                gpus.model[0] ? gpus.model : "model unknown",
+                getenv("CUDA_VISIBLE_DEVICES") ? " as CUDA_VISIBLE_DEVICES leaves them" : "");
     dt_cluster_opts co = {
         .loop = &d->loop,
         .spec = &d->spec,
         .token = d->token,
         .rendezvous_timeout_ms = (int64_t)(d->o.rendezvous_timeout_s * 1000),
         .cores = cores,
-        .gpus = gpus,
+        .gpus = gpus.count,
+        .gpu_model = gpus.model,
         .on_formed = on_formed,
         .on_fatal = on_fatal,
         .ctx = d,

@@ -116,6 +116,8 @@ void dt__cluster_chief_join(dt_cluster *c, dt_rpc_call *call)
     snprintf(m->version, sizeof m->version, "%s", req->version ? req->version : "");
     m->cores = req->cores;
     m->gpus = req->gpus;
+    /* an older peer sends none: "" */
+    snprintf(m->gpu_model, sizeof m->gpu_model, "%s", req->gpu_model ? req->gpu_model : "");
     if (req->last_generation > c->generation)
         c->generation = req->last_generation;
     if (before != MEMBER_JOINED || restarted) {

@@ -99,6 +99,7 @@ dt_status dt_cluster_new(const dt_cluster_opts *opts, dt_cluster **out, dt_err *
     snprintf(me->version, sizeof me->version, "%s", DT_VERSION);
     me->cores = (uint32_t)opts->cores;
     me->gpus = (uint32_t)opts->gpus;
+    snprintf(me->gpu_model, sizeof me->gpu_model, "%s", opts->gpu_model ? opts->gpu_model : "");
     if (!c->is_chief) {
         dt_status st = dt_rpc_channel_new(c->members[0].task->address, c->token, &c->chief_ch, err);
         if (st != DT_OK) {
@@ -171,6 +172,21 @@ bool dt_cluster_member_up(const dt_cluster *c, int rank, uint64_t *incarnation)
     return (rank == c->self || m->state == MEMBER_JOINED) && !m->unhealthy[0];
 }
 
+bool dt_cluster_member_gpus(const dt_cluster *c, int rank, int *gpus, const char **model)
+{
+    *gpus = 0;
+    *model = "";
+    if (rank < 0 || rank >= c->nmembers)
+        return false;
+    const member *m = &c->members[rank];
+    /* Every daemon that joined sent a version; a member never heard from has none. */
+    if (rank != c->self && !m->version[0])
+        return false;
+    *gpus = (int)m->gpus;
+    *model = m->gpu_model;
+    return true;
+}
+
 const char *dt_cluster_member_unhealthy(const dt_cluster *c, int rank)
 {
     if (rank < 0 || rank >= c->nmembers)
@@ -232,6 +248,7 @@ Dtrain__V1__ClusterView *dt__cluster_view_new(dt_cluster *c)
         mb[r].version = m->version;
         mb[r].cores = m->cores;
         mb[r].gpus = m->gpus;
+        mb[r].gpu_model = m->gpu_model;
         mb[r].incarnation = m->incarnation;
         mb[r].unhealthy = m->unhealthy;
         if (r == c->self)

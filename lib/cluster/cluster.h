@@ -34,6 +34,8 @@
 
 typedef struct dt_cluster dt_cluster;
 
+#define DT_CLUSTER_GPU_MODEL_LEN 96 /* a GPU model name, at most (longer ones are cut) */
+
 typedef struct dt_cluster_opts {
     uv_loop_t *loop;
     const dt_cluster_spec *spec;   /* borrowed; must outlive the cluster; spec->self in the ring */
@@ -42,6 +44,7 @@ typedef struct dt_cluster_opts {
     int64_t heartbeat_ms;          /* 0: 500 ms */
     int64_t dead_after_ms;         /* 0: 2500 ms */
     int cores, gpus;
+    const char *gpu_model; /* copied; the GPUs' model name, NULL or "" when unknown */
     /* The first time every ring task has joined. */
     void (*on_formed)(void *ctx, uint64_t generation);
     /* The cluster cannot go on: rendezvous timed out, or the chief refused this task (cluster
@@ -75,6 +78,10 @@ bool dt_cluster_chief_lost(const dt_cluster *c);
  * workers tell the chief with their heartbeats; the chief counts an unhealthy task as not up
  * (dt_cluster_member_up) until it recovers. Cheap when nothing changes: call it every tick. */
 void dt_cluster_set_unhealthy(dt_cluster *c, const char *why);
+/* What the task of rank said of its GPUs when it last joined: their count in *gpus and their
+ * model in *model ("" when unknown; valid until the next loop iteration). False, with 0 and "",
+ * while nothing is known: the task has not joined since this daemon started. */
+bool dt_cluster_member_gpus(const dt_cluster *c, int rank, int *gpus, const char **model);
 /* Why the task of rank is unhealthy, or "" (the chief's view; never NULL). */
 const char *dt_cluster_member_unhealthy(const dt_cluster *c, int rank);
 

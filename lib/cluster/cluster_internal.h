@@ -22,6 +22,7 @@ typedef struct member {
     uint64_t incarnation;
     char version[32];
     uint32_t cores, gpus;
+    char gpu_model[DT_CLUSTER_GPU_MODEL_LEN]; /* "" when unknown or none */
     char unhealthy[512]; /* "" or why the task cannot train now (its own word) */
 } member;
 

@@ -62,6 +62,7 @@ static void apply_view(dt_cluster *c, const Dtrain__V1__ClusterView *v)
         snprintf(m->version, sizeof m->version, "%s", vm->version ? vm->version : "");
         m->cores = vm->cores;
         m->gpus = vm->gpus;
+        snprintf(m->gpu_model, sizeof m->gpu_model, "%s", vm->gpu_model ? vm->gpu_model : "");
         snprintf(m->unhealthy, sizeof m->unhealthy, "%s", vm->unhealthy ? vm->unhealthy : "");
     }
     if (v->n_members > 0 && v->members[0]->rank == 0) {
@@ -72,6 +73,8 @@ static void apply_view(dt_cluster *c, const Dtrain__V1__ClusterView *v)
                  v->members[0]->version ? v->members[0]->version : "");
         ch->cores = v->members[0]->cores;
         ch->gpus = v->members[0]->gpus;
+        snprintf(ch->gpu_model, sizeof ch->gpu_model, "%s",
+                 v->members[0]->gpu_model ? v->members[0]->gpu_model : "");
         snprintf(ch->unhealthy, sizeof ch->unhealthy, "%s",
                  v->members[0]->unhealthy ? v->members[0]->unhealthy : "");
     }
@@ -161,6 +164,7 @@ static void send_join(dt_cluster *c)
     r->version = DT_VERSION;
     r->cores = (uint32_t)c->o.cores;
     r->gpus = (uint32_t)c->o.gpus;
+    r->gpu_model = c->members[c->self].gpu_model;
     r->last_generation = c->generation;
     job->req = &r->base;
     c->rpc_busy = true;

@@ -499,36 +499,31 @@ static dt_status get_mb(const cJSON *o, const char *key, double *out, dt_err *er
     return DT_OK;
 }
 
-/* One of TF's device strings for a replica: "/cpu:N" or "/device:CPU:N" (any case) -> N. A GPU
- * is refused by name; anything else gets the accepted forms. */
-static dt_status parse_device(const char *d, int i, int *out, dt_err *err)
+/* One of TF's device strings for a replica: "/cpu:N", "/gpu:N", "/device:CPU:N" or
+ * "/device:GPU:N" (any case) -> N, and whether it is a GPU; anything else gets the accepted
+ * forms. */
+static dt_status parse_device(const char *d, int i, int *out, bool *gpu, dt_err *err)
 {
-    /* "/device:CPU:N" or "/cpu:N": p at "CPU:N" */
+    /* "/device:GPU:N" or "/gpu:N": p at "GPU:N" */
     const char *p = !strncasecmp(d, "/device:", 8) ? d + 8 : d[0] == '/' ? d + 1 : "";
-    bool gpu = !strncasecmp(p, "gpu:", 4);
-    if (gpu || !strncasecmp(p, "cpu:", 4)) {
+    *gpu = !strncasecmp(p, "gpu:", 4);
+    if (*gpu || !strncasecmp(p, "cpu:", 4)) {
         const char *q = p + 4;
         char *end;
         errno = 0;
         long v = isdigit((unsigned char)*q) ? strtol(q, &end, 10) : -1;
         if (v >= 0 && v < 1000000 && !errno && !*end) {
-            if (gpu)
-                return dt_err_set(err, DT_ENOTSUP,
-                                  "$.strategy.devices[%d]: \"%s\": this dtrain has no CUDA backend "
-                                  "yet, so it trains on CPUs only; give \"/cpu:N\" replicas or "
-                                  "leave out devices",
-                                  i, d);
             *out = (int)v;
             return DT_OK;
         }
     }
     return dt_err_set(err, DT_EINVAL,
-                      "$.strategy.devices[%d]: \"%s\": give a device as \"/cpu:N\" (or "
-                      "\"/device:CPU:N\"), N >= 0",
+                      "$.strategy.devices[%d]: \"%s\": give a device as \"/gpu:N\" or \"/cpu:N\" "
+                      "(or \"/device:GPU:N\", \"/device:CPU:N\"), N >= 0",
                       i, d);
 }
 
-/* $.strategy.devices: a non-empty array of distinct device strings. */
+/* $.strategy.devices: a non-empty array of distinct device strings, all GPUs or all CPUs. */
 static dt_status parse_devices(const cJSON *o, dt_jobspec *s, dt_err *err)
 {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "devices");
@@ -537,7 +532,7 @@ static dt_status parse_devices(const cJSON *o, dt_jobspec *s, dt_err *err)
     if (!cJSON_IsArray(a))
         return dt_err_set(err, DT_EINVAL,
                           "$.strategy.devices: must be an array of device strings such as "
-                          "[\"/cpu:0\", \"/cpu:1\"], got %s",
+                          "[\"/gpu:0\", \"/gpu:1\"] or [\"/cpu:0\"], got %s",
                           type_name(a));
     int n = cJSON_GetArraySize(a);
     if (n < 1 || n > DT_JOBSPEC_MAX_DEVICES)
@@ -547,13 +542,29 @@ static dt_status parse_devices(const cJSON *o, dt_jobspec *s, dt_err *err)
                           DT_JOBSPEC_MAX_DEVICES, n);
     int i = 0;
     const cJSON *it;
+    const char *first = NULL; /* devices[0] as given, for a mixed list's refusal */
     cJSON_ArrayForEach(it, a)
     {
         if (!cJSON_IsString(it))
             return dt_err_set(err, DT_EINVAL,
-                              "$.strategy.devices[%d]: must be a string such as \"/cpu:0\", got %s",
+                              "$.strategy.devices[%d]: must be a string such as \"/gpu:0\" or "
+                              "\"/cpu:0\", got %s",
                               i, type_name(it));
-        DT_TRY(parse_device(it->valuestring, i, &s->devices[i], err));
+        bool gpu;
+        DT_TRY(parse_device(it->valuestring, i, &s->devices[i], &gpu, err));
+        if (i == 0) {
+            s->gpu = gpu;
+            first = it->valuestring;
+        } else if (gpu != s->gpu) {
+            /* A CPU replica and a GPU replica round the same step differently (cuBLAS's and
+             * OpenBLAS's summation orders), so their weights would drift apart. */
+            return dt_err_set(err, DT_EINVAL,
+                              "$.strategy.devices[%d]: \"%s\" is a %s but $.strategy.devices[0] "
+                              "\"%s\" is a %s: their rounding differs, so one job trains on GPUs "
+                              "or on CPUs, not both",
+                              i, it->valuestring, gpu ? "GPU" : "CPU", first,
+                              s->gpu ? "GPU" : "CPU");
+        }
         for (int j = 0; j < i; j++)
             if (s->devices[j] == s->devices[i])
                 return dt_err_set(err, DT_EINVAL,
@@ -574,12 +585,17 @@ static dt_status parse_strategy(const cJSON *root, dt_jobspec *s, dt_err *err)
     s->bucket_mb = 25;
     s->first_bucket_mb = 1;
     s->compression = DT_JOBSPEC_COMPRESS_NONE;
+    s->precision = DT_JOBSPEC_PRECISION_FLOAT32;
+    /* One replica on /cpu:0 while the CUDA backend is being completed; then the default becomes
+     * every visible GPU (MirroredStrategy's), and /cpu:0 when the host has none. */
+    s->gpu = false;
     s->ndevices = 1;
     s->devices[0] = 0;
     if (!o)
         return DT_OK;
-    static const char *const keys[] = {"communication", "bucket_mb", "first_bucket_mb",
-                                       "compression",   "devices",   NULL};
+    static const char *const keys[] = {
+        "communication", "bucket_mb", "first_bucket_mb", "compression", "devices",
+        "precision",     NULL};
     DT_TRY(check_keys(o, "$.strategy", keys, err));
     const char *c;
     DT_TRY(get_string(o, "communication", "$.strategy", &c, err));
@@ -611,6 +627,21 @@ static dt_status parse_strategy(const cJSON *root, dt_jobspec *s, dt_err *err)
                               c);
     }
     DT_TRY(parse_devices(o, s, err));
+    DT_TRY(get_string(o, "precision", "$.strategy", &c, err));
+    if (c) {
+        /* "tf32" means nothing on CPUs; accepted there and ignored, as TF's
+         * set_float32_matmul_precision is. */
+        if (!strcmp(c, "float32"))
+            s->precision = DT_JOBSPEC_PRECISION_FLOAT32;
+        else if (!strcmp(c, "tf32"))
+            s->precision = DT_JOBSPEC_PRECISION_TF32;
+        else
+            return dt_err_set(err, DT_EINVAL,
+                              "$.strategy.precision: \"%s\": use \"float32\" (strict float32, the "
+                              "default) or \"tf32\" (GPU matrix products on TensorFloat-32 tensor "
+                              "cores: 10 bits of mantissa in the inputs)",
+                              c);
+    }
     return DT_OK;
 }
 
@@ -904,4 +935,9 @@ const char *dt_jobspec_compression_name(dt_jobspec_compression c)
     default:
         return "none";
     }
+}
+
+const char *dt_jobspec_precision_name(dt_jobspec_precision p)
+{
+    return p == DT_JOBSPEC_PRECISION_TF32 ? "tf32" : "float32";
 }

@@ -68,6 +68,13 @@ typedef enum dt_jobspec_compression {
     DT_JOBSPEC_COMPRESS_BFLOAT16, /* "bfloat16": float32's range, 8 bits of mantissa */
 } dt_jobspec_compression;
 
+/* $.strategy.precision: how float32 matrix products are computed on GPUs (CPUs always compute
+ * them in float32; TF's set_float32_matmul_precision takes "tf32" there and ignores it too). */
+typedef enum dt_jobspec_precision {
+    DT_JOBSPEC_PRECISION_FLOAT32 = 0, /* "float32": strict float32 (cuBLAS's pedantic math) */
+    DT_JOBSPEC_PRECISION_TF32, /* "tf32": TensorFloat-32 tensor cores (10-bit mantissas in) */
+} dt_jobspec_precision;
+
 /* $.compile.metrics beyond "accuracy": Keras's metrics by their function names, class names or
  * {"class_name", "config"} (Keras 2 and 3), parsed by metrics.c; lib/train computes them. */
 typedef enum dt_metric_kind {
@@ -232,9 +239,13 @@ typedef struct dt_jobspec {
      * starts while most of backward is still to run (DDP's 1 MB first bucket). */
     double first_bucket_mb;             /* default 1; (0, 1024] */
     dt_jobspec_compression compression; /* default NONE */
-    /* $.strategy.devices: the replicas each daemon runs, as TF's device strings ("/cpu:0",
-     * "/CPU:1", "/device:CPU:2"); ndevices replicas, devices[i] the N of the i-th "/cpu:N"
-     * (distinct). Default one replica, /cpu:0. GPUs are refused: no CUDA backend yet. */
+    dt_jobspec_precision precision;     /* default FLOAT32 */
+    /* $.strategy.devices: the replicas each daemon runs, as TF's device strings ("/gpu:0",
+     * "/GPU:1", "/device:GPU:2", "/cpu:0", ...; any case); ndevices replicas, devices[i] the N
+     * of the i-th "/gpu:N" or "/cpu:N" (distinct), gpu whether they are GPUs (a job's replicas
+     * are all GPUs or all CPUs). Default one replica, /cpu:0 (every visible GPU once the CUDA
+     * trainer is complete). */
+    bool gpu;
     int ndevices;
     int devices[DT_JOBSPEC_MAX_DEVICES];
 
@@ -300,5 +311,7 @@ dt_status dt_jobspec_check_read(const char *root, const char *path, const char *
 const char *dt_jobspec_comm_name(dt_jobspec_comm c);
 /* "none", "float16" or "bfloat16". */
 const char *dt_jobspec_compression_name(dt_jobspec_compression c);
+/* "float32" or "tf32". */
+const char *dt_jobspec_precision_name(dt_jobspec_precision p);
 
 #endif

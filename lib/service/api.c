@@ -65,6 +65,36 @@ static bool dir_in_use(dt_service *j, const jt_summary *sum, char *msg, size_t n
     return false;
 }
 
+/* A GPU job that some task cannot run (dt__service_check_gpus, against the GPUs each task
+ * reported when it joined): answers the call and returns true. Loop thread (the member table is
+ * the loop's). */
+static bool refuse_gpus(dt_service *j, jcall *c)
+{
+    int n = j->spec->world_size;
+    jt_task_gpus *tasks = calloc((size_t)n, sizeof *tasks);
+    if (!tasks) {
+        dt_rpc_call_fail(c->call, DT_ENOMEM, "out of memory");
+        return true;
+    }
+    for (int r = 0; r < n; r++) {
+        const dt_task *t = dt_tfconfig_by_rank(j->spec, r);
+        dt_task_name(t, tasks[r].name, sizeof tasks[r].name);
+        tasks[r].address = t->address;
+        tasks[r].model = "";
+        if (j->o.cluster)
+            tasks[r].known =
+                dt_cluster_member_gpus(j->o.cluster, r, &tasks[r].gpus, &tasks[r].model);
+    }
+    dt_err err = {0};
+    dt_status st = dt__service_check_gpus(&c->sum, tasks, n, &err);
+    free(tasks);
+    if (st == DT_OK)
+        return false;
+    DT_INFO("jobs", "refused a job from %s: %s", c->text2 ? c->text2 : "?", err.msg);
+    dt_rpc_call_fail(c->call, st, err.msg);
+    return true;
+}
+
 static void validate_done(dt_service *j, jcall *c)
 {
     if (c->st != DT_OK) {
@@ -78,6 +108,8 @@ static void validate_done(dt_service *j, jcall *c)
         dt_rpc_call_fail(c->call, st, c->err.msg);
         return;
     }
+    if (c->sum.gpu && refuse_gpus(j, c))
+        return;
     if (c->sum.min_workers > (uint32_t)j->spec->world_size) {
         char msg[300];
         snprintf(msg, sizeof msg,

@@ -259,6 +259,10 @@ typedef struct jt_summary {
     uint32_t max_restarts, rejoin_timeout_s, min_workers;
     int verbose;
     char dirs[2][PATH_MAX]; /* as job.dirs; "" if none */
+    /* $.strategy.devices of a GPU job: the highest GPU index every task needs, and the entry
+     * that names it */
+    bool gpu;
+    int gpu_max, gpu_max_at;
 } jt_summary;
 
 /* Parses a spec with the daemon's roots (data_root for reads, state_dir for writes). */
@@ -268,6 +272,26 @@ dt_status dt__service_parse_spec(const char *text, size_t len, const char *data_
  * it runs on world replicas (the global batch divides, FILE sharding has the files). */
 dt_status dt__service_validate(const char *spec_json, size_t len, const char *data_root,
                                const char *state_dir, int world, jt_summary *out, dt_err *err);
+/* --- gpus.c: a GPU job against the cluster's GPUs, at submit (loop thread)
+ * ---------------------------------------------------- */
+
+/* One ring task's GPUs as the chief knows them (dt_cluster_member_gpus). */
+typedef struct jt_task_gpus {
+    char name[40];       /* "worker:1" */
+    const char *address; /* borrowed */
+    bool known;          /* it has joined: gpus and model are what it reported */
+    int gpus;
+    const char *model; /* borrowed; "" when unknown */
+} jt_task_gpus;
+
+/* A job validated into sum against tasks[0..n): DT_OK for a CPU job. A GPU job is refused with
+ * DT_EINVAL when a known task has fewer than sum->gpu_max + 1 GPUs (the message names the entry
+ * of $.strategy.devices, the first such task with its address and GPU count, and how many more
+ * there are), and while this build's trainer cannot run GPU replicas. Tasks not heard from yet
+ * are not judged: their trainers refuse a missing GPU when the job starts. */
+dt_status dt__service_check_gpus(const jt_summary *sum, const jt_task_gpus *tasks, int n,
+                                 dt_err *err);
+
 dt_status dt__service_evaluate(const char *spec_json, const char *weights_path,
                                const char *data_json, const char *data_root, const char *state_dir,
                                uint32_t batch_size, jmetric *metrics, int *nmetrics,

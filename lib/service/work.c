@@ -45,6 +45,13 @@ dt_status dt__service_validate(const char *spec_json, size_t len, const char *da
                  spec.checkpoint_rel ? spec.checkpoint_rel : "");
         snprintf(out->dirs[1], sizeof out->dirs[1], "%s",
                  spec.tensorboard_rel ? spec.tensorboard_rel : "");
+        out->gpu = spec.gpu;
+        out->gpu_max = out->gpu_max_at = 0;
+        for (int i = 0; spec.gpu && i < spec.ndevices; i++)
+            if (spec.devices[i] > out->gpu_max) {
+                out->gpu_max = spec.devices[i];
+                out->gpu_max_at = i;
+            }
     }
     dt_jobspec_destroy(&spec);
     return st;

@@ -1,0 +1,61 @@
+/*
+ * gpus.c - a GPU job ($.strategy.devices "/gpu:N") against the GPUs the cluster's tasks
+ * reported when they joined: refused at submit, while the user still has the terminal (exit 2),
+ * rather than failing in preparing on a task that lacks the device.
+ */
+#include "service/service_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The gate while the trainer cannot bind replicas to GPUs: a GPU job that passes the device
+ * check would otherwise train on CPUs under GPU names. DTRAIN_GPU_TRAINER=1 in the chief's
+ * environment opens it for the trainer's own GPU tests; it goes away when the trainer lands. */
+static bool gpu_trainer_ready(void)
+{
+    const char *v = getenv("DTRAIN_GPU_TRAINER");
+    return v && !strcmp(v, "1");
+}
+
+dt_status dt__service_check_gpus(const jt_summary *sum, const jt_task_gpus *tasks, int n,
+                                 dt_err *err)
+{
+    if (!sum->gpu)
+        return DT_OK;
+    int need = sum->gpu_max + 1, first = -1, more = 0;
+    for (int i = 0; i < n; i++) {
+        if (!tasks[i].known || tasks[i].gpus >= need)
+            continue;
+        if (first < 0)
+            first = i;
+        else
+            more++;
+    }
+    if (first >= 0) {
+        const jt_task_gpus *t = &tasks[first];
+        char has[160], model[DT_CLUSTER_GPU_MODEL_LEN + 4] = "";
+        if (t->model[0])
+            snprintf(model, sizeof model, " (%s)", t->model);
+        if (t->gpus == 0)
+            snprintf(has, sizeof has, "which has no GPU");
+        else if (t->gpus == 1)
+            snprintf(has, sizeof has, "which has 1 GPU, /gpu:0%s", model);
+        else
+            snprintf(has, sizeof has, "which has %d GPUs, /gpu:0 to /gpu:%d%s", t->gpus,
+                     t->gpus - 1, model);
+        char also[64] = "";
+        if (more)
+            snprintf(also, sizeof also, " (and %d more task%s)", more, more == 1 ? "" : "s");
+        return dt_err_set(err, DT_EINVAL,
+                          "$.strategy.devices[%d]: /gpu:%d is not on %s (%s), %s%s: every task "
+                          "runs the job's replicas on its own GPUs, so each needs %d or more; see "
+                          "`dtrain cluster` (CUDA_VISIBLE_DEVICES in a daemon's environment hides "
+                          "GPUs from it)",
+                          sum->gpu_max_at, sum->gpu_max, t->name, t->address, has, also, need);
+    }
+    if (!gpu_trainer_ready())
+        return dt_err_set(err, DT_EINVAL,
+                          "$.strategy.devices: this build's trainer cannot run GPU replicas yet; "
+                          "give \"/cpu:N\" replicas or leave out devices");
+    return DT_OK;
+}
