@@ -273,6 +273,10 @@ typedef struct dt_nn_ops {
     /* Copies between host and device (same memory on the CPU). */
     void (*upload)(void *dst, const void *src, size_t bytes);
     void (*download)(void *dst, const void *src, size_t bytes);
+    /* Waits for the work queued by this thread; 0, or -1 with the first kernel error since the
+     * last call in msg. NULL where kernels finish before they return (the CPU). A device
+     * backend's kernels report errors only here: the trainer calls it once a step. */
+    int (*sync)(char *msg, size_t n);
 
     /* C(m,n) = alpha op(A) op(B) + beta C, row-major; op(A) is (m,k), op(B) is (k,n). */
     void (*gemm)(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,

@@ -485,6 +485,21 @@ static void g_cat_encode(const float *ids, int n, int t, int tokens, dt_nn_cat_m
     RUN(cat_encode(ids, n, t, tokens, mode, y, bad));
 }
 
+/* Kernels here finish before they return; sync exists so that the trainer's per-step check of a
+ * device backend runs in tests, and DTRAIN_OPS_GUARD_SYNC_FAIL=N makes the Nth call fail as a
+ * GPU kernel's error would. */
+static int g_sync(char *msg, size_t n)
+{
+    static _Atomic long calls;
+    const char *e = getenv("DTRAIN_OPS_GUARD_SYNC_FAIL");
+    long at = e ? strtol(e, NULL, 10) : 0, k = ++calls;
+    if (at > 0 && k == at) {
+        snprintf(msg, n, "an injected kernel error at sync %ld (DTRAIN_OPS_GUARD_SYNC_FAIL)", k);
+        return -1;
+    }
+    return 0;
+}
+
 static const dt_nn_ops guard_ops = {
     .name = "guard",
     .device_memory = true,
@@ -492,6 +507,7 @@ static const dt_nn_ops guard_ops = {
     .free = g_free,
     .upload = g_upload,
     .download = g_download,
+    .sync = g_sync,
     .gemm = g_gemm,
     .im2col = g_im2col,
     .col2im = g_col2im,

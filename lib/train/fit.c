@@ -819,6 +819,10 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
         t->phase.split = true;
     }
     DT_TRY(dt_optim_step(t->opt, err));
+    const dt_nn_ops *ops = dt_model_ops(t->m);
+    char msg[512];
+    if (ops->sync && ops->sync(msg, sizeof msg) != 0) /* a device's kernels fail only here */
+        return dt_err_set(err, DT_EIO, "%s: %s", ops->name, msg);
     t->phase.compute += t1 - t0;
     t->phase.wait += t2 - t1;
     t->phase.update += dt_wall_s() - t2;

@@ -163,3 +163,23 @@ DT_TEST_TIMEOUT(guard_fit_compressed_and_uneven, 120)
     tt_free(g, 2);
     dt_jobspec_destroy(&spec);
 }
+
+/* A kernel error a device reports at the step's sync fails the fit with its message (the GPU's
+ * asynchronous errors surface there), on the replica that met it, and the others stop too. */
+DT_TEST_TIMEOUT(guard_sync_error_fails_the_fit, 60)
+{
+    tt_setup(N_TRAIN, N_VAL);
+    dt_jobspec spec;
+    tt_parse(spec_with("[]", "", 2), &spec);
+    setenv("DTRAIN_OPS_GUARD_SYNC_FAIL", "5", 1);
+    tt_use_async = true;
+    tt_replica g[1];
+    dt_train_opts o = dt_train_opts_default();
+    o.ops = dt_nn_ops_guard();
+    tt_run(&spec, 1, &o, -1, 0, g);
+    ASSERT_EQ(g[0].st, DT_EIO);
+    ASSERT_CONTAINS(g[0].err.msg, "guard: an injected kernel error at sync 5");
+    ASSERT_EQ(g[0].nlosses, 4); /* steps 1-4 ended; the fifth failed at its sync */
+    tt_free(g, 1);
+    dt_jobspec_destroy(&spec);
+}

@@ -264,6 +264,7 @@ static void build(void)
 {
     table.name = "cuda";
     table.device_memory = true;
+    table.sync = sync;
     dt_cu_fill_mem(&table);
     dt_cu_fill_gemm(&table);
     dt_cu_fill_elem(&table);
