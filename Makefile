@@ -103,7 +103,7 @@ all: features $(BIN)/dtraind $(BIN)/dtrain $(BUILD)/dt_test
 
 features:
 	@if [ -z "$(PKG_OK)" ]; then echo "✗ libraries missing (pkg-config: $(PKGS)): run 'make deps'"; exit 2; fi
-	@if [ "$(HAVE_CUDA)" = 1 ]; then echo "✓ CPU build (OpenBLAS); CUDA backend $(CUDA_LIB) (nvcc $(NVCC), $(CUDA_ARCH))"; \
+	@if [ "$(HAVE_CUDA)" = 1 ]; then echo "✓ CPU build (OpenBLAS); nvcc found ($(NVCC)): the CUDA backend $(CUDA_LIB) is built too ($(CUDA_ARCH))"; \
 	 else echo "✓ CPU build (OpenBLAS); no CUDA backend (no nvcc, or CUDA=0)"; fi
 
 $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto

@@ -14,6 +14,7 @@
 #include "cli_bench.h"
 
 #include "comm.pb-c.h"
+#include "nn/gpu.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "rpc/rpc.h"
@@ -50,7 +51,7 @@ static void usage(FILE *f)
 {
     fprintf(
         f, "usage: dtrain bench train --model M.json --batch B [--threads T] [--steps N]\n"
-           "                         [--warmup W] [--json]\n"
+           "                         [--warmup W] [--device /cpu:0|/gpu:N] [--tf32] [--json]\n"
            "       dtrain [--addr CHIEF] bench train --workers R --model M.json --batch B\n"
            "                         [--steps N] [--warmup W] [--data SPEC] [--optimizer OPT]\n"
            "                         [--token-file FILE] [--timeout SEC] [--json]\n"
@@ -63,8 +64,11 @@ static void usage(FILE *f)
            "       dtrain bench data SPEC [--threads N] [--batch B] [--repeat K] [--json]\n\n"
            "train: one process, random data, sparse categorical cross-entropy and SGD;\n"
            "  --threads sets OpenBLAS's threads (default: the machine's setting).\n"
+           "  --device /gpu:N trains on that GPU (the CUDA backend; exit 2 naming why when there\n"
+           "  is none), strict float32 unless --tf32; the step is timed to the GPU's end.\n"
            "  --json prints {\"world_size\", \"batch\", \"samples_per_s\", \"step_s\", "
-           "\"gemm_s\",\n  \"gemm_fraction\", \"blas\"}.\n"
+           "\"gemm_s\",\n  \"gemm_fraction\", \"blas\", \"device\"} (GPU: gemm_s 0, and "
+           "\"gpu\", the model).\n"
            "train --workers R (or --addr, or $DTRAIN_ADDR set): on the formed cluster at the\n"
            "  chief (--addr, $DTRAIN_ADDR, TF_CONFIG's chief), which must have R tasks (else\n"
            "  exit 2), through the job service: W + N steps (W default 10) of global batch B\n"
@@ -121,8 +125,12 @@ static int bench_train(int argc, char **argv)
                                          {"bucket-mb", required_argument, NULL, 'B'},
                                          {"first-bucket-mb", required_argument, NULL, 'F'},
                                          {"devices", required_argument, NULL, 'D'},
+                                         {"device", required_argument, NULL, 'g'},
+                                         {"tf32", no_argument, NULL, '3'},
                                          {0, 0, 0, 0}};
     const char *model = NULL;
+    int gpu = -1; /* --device /gpu:N */
+    bool tf32 = false;
     int batch = 64, threads = 0, steps = 50, warmup = -1, c;
     bool json = false;
     dt_bench_train_opts co = {.timeout_s = 1800};
@@ -206,6 +214,23 @@ static int bench_train(int argc, char **argv)
             *(c == 'B' ? &co.bucket_mb : &co.first_bucket_mb) = mb;
             break;
         }
+        case 'g': {
+            const char *d = !strncasecmp(optarg, "/device:", 8) ? optarg + 8
+                            : optarg[0] == '/'                  ? optarg + 1
+                                                                : optarg;
+            long v = -1;
+            if (!strncasecmp(d, "gpu:", 4) || !strncasecmp(d, "cpu:", 4))
+                v = strtol(d + 4, &end, 10);
+            if (v < 0 || v > 1024 || *end || (!strncasecmp(d, "cpu:", 4) && v != 0)) {
+                fprintf(stderr, "dtrain bench train: --device %s: give /cpu:0 or /gpu:N\n", optarg);
+                return 2;
+            }
+            gpu = !strncasecmp(d, "gpu:", 4) ? (int)v : -1;
+            break;
+        }
+        case '3':
+            tf32 = true;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -241,8 +266,15 @@ static int bench_train(int argc, char **argv)
     dt_nn_ops timed = *real_ops;
     timed.gemm = timed_gemm;
     dt_err err = {0};
+    const dt_nn_ops *ops = &timed;
+    dt_nn_gpu_dev gd = {0};
+    if (gpu >= 0 && (dt_nn_gpu_info(gpu, &gd, &err) != DT_OK || dt_nn_gpu_complete(&err) != DT_OK ||
+                     dt_nn_gpu_bind(gpu, tf32, &ops, &err) != DT_OK)) {
+        fprintf(stderr, "dtrain bench train: --device %s\n", err.msg);
+        return 2;
+    }
     dt_model *m;
-    dt_model_opts mo = {.seed = 1, .ops = &timed};
+    dt_model_opts mo = {.seed = 1, .ops = ops};
     if (dt_model_from_file(model, &mo, &m, &err) != DT_OK) {
         fprintf(stderr, "dtrain bench: %s\n", err.msg);
         return 2;
@@ -267,8 +299,11 @@ static int bench_train(int argc, char **argv)
     dt_loss loss = {.kind = DT_NN_LOSS_SPARSE_CE, .from_logits = true};
     dt_model_batch b = {.x = x, .labels = labels, .n = batch};
     double t0 = 0;
+    char msg[512];
     for (int i = 0; i < warmup + steps; i++) {
         if (i == warmup) {
+            if (ops->sync && ops->sync(msg, sizeof msg) != 0)
+                break;
             t0 = now_s();
             gemm_s = 0;
         }
@@ -277,6 +312,10 @@ static int bench_train(int argc, char **argv)
             fprintf(stderr, "dtrain bench: %s\n", err.msg);
             goto out;
         }
+    }
+    if (ops->sync && ops->sync(msg, sizeof msg) != 0) { /* the GPU's steps end here */
+        fprintf(stderr, "dtrain bench: %s: %s\n", ops->name, msg);
+        goto out;
     }
     double dt = now_s() - t0, step = dt / steps, gemm = gemm_s / steps;
     char blas[256];
@@ -290,8 +329,17 @@ static int bench_train(int argc, char **argv)
         cJSON_AddNumberToObject(j, "gemm_s", gemm);
         cJSON_AddNumberToObject(j, "gemm_fraction", gemm / step);
         cJSON_AddStringToObject(j, "blas", blas);
+        char dev[32];
+        snprintf(dev, sizeof dev, gpu >= 0 ? "/gpu:%d" : "/cpu:0", gpu);
+        cJSON_AddStringToObject(j, "device", dev);
+        if (gpu >= 0)
+            cJSON_AddStringToObject(j, "gpu", gd.name);
         dt_cli_print_json(j);
-    } else
+    } else if (gpu >= 0)
+        printf("model %s, batch %d, %d steps on /gpu:%d (%s, %s): %.1f samples/s, %.3f ms/step\n",
+               model, batch, steps, gpu, gd.name, tf32 ? "tf32" : "float32", batch / step,
+               step * 1e3);
+    else
         printf("model %s, batch %d, %d steps: %.1f samples/s, %.3f ms/step (GEMMs %.3f ms, %.0f%% "
                "of the step)\n%s\n",
                model, batch, steps, batch / step, step * 1e3, gemm * 1e3, 100 * gemm / step, blas);
@@ -301,6 +349,8 @@ out:
     dt_model_free(m);
     free(x);
     free(labels);
+    if (gpu >= 0)
+        dt_nn_gpu_unbind();
     return rc;
 }
 

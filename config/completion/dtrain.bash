@@ -45,7 +45,7 @@ _dtrain_verb_opts() {
     ;;
   bench)
     local train="--model --batch --threads --steps --warmup --json --workers --data --optimizer
-      --timeout --compression --bucket-mb --first-bucket-mb --devices"
+      --timeout --compression --bucket-mb --first-bucket-mb --devices --device --tf32"
     local allreduce="--sizes --iters --warmup --warmup-s --wire --streams --chunk --verify
       --no-stream --devices --timeout --json"
     local data="--threads --batch --repeat --json"
@@ -66,7 +66,7 @@ _dtrain_takes_value() {
     --output | --data | --batch | --format | --label | --replicas | --policy | --epochs | \
     --prefetch | --rank | --work-us | --model | --threads | --steps | --warmup | --workers | \
     --optimizer | --compression | --bucket-mb | --first-bucket-mb | --sizes | --iters | \
-    --warmup-s | --wire | --streams | --chunk | --devices | --repeat)
+    --warmup-s | --wire | --streams | --chunk | --devices | --device | --repeat)
     return 0
     ;;
   esac
