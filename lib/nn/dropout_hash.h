@@ -9,6 +9,8 @@
 #ifndef DT_NN_DROPOUT_HASH_H
 #define DT_NN_DROPOUT_HASH_H
 
+#include "core/rng.h"
+
 #include <stdint.h>
 
 #ifdef __CUDACC__
@@ -30,6 +32,24 @@ static inline DT_NN_HD uint64_t dt__nn_mix64(uint64_t z)
 static inline DT_NN_HD float dt__nn_dropout_u(uint64_t key, uint64_t i)
 {
     return (float)(dt__nn_mix64(key + (i + 1) * 0x9e3779b97f4a7c15ull) >> 40) * 0x1p-24f;
+}
+
+/* The call's key: dt_rng_u64's xoshiro256** step, written out for the CUDA library, which is
+ * dlopen'ed and linked without libdtrain's symbols. The CPU calls dt_rng_u64 itself;
+ * test_gpu_elem.c's gpu_dropout_key_is_rng_u64 checks the two agree. Host only. */
+static inline uint64_t dt__nn_dropout_key(dt_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t x = s[1] * 5;
+    uint64_t result = ((x << 7) | (x >> 57)) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return result;
 }
 
 #undef DT_NN_HD
