@@ -1,6 +1,8 @@
 # mk/install.mk - `make install` and `make uninstall`: the binaries, the systemd unit, the
-# sysusers.d file, the example environment file, the man pages dtrain(1) and dtraind(8) and the
-# bash completion of both commands, each line printed as it goes.
+# sysusers.d file, the example environment file, the man pages dtrain(1) and dtraind(8), the
+# bash completion of both commands and, when the build made it (nvcc found), the CUDA backend
+# libdtrain-cuda.so in $(PREFIX)/lib/dtrain, where lib/nn/gpu.c looks for it from
+# $(PREFIX)/bin; each line printed as it goes.
 #
 #   make install [PREFIX=/usr/local] [DESTDIR=/tmp/pkg]   build (`all`), then install
 #   make install-files ...                                install $(BIN)'s binaries as they are, no build
@@ -25,6 +27,7 @@ INSTALL_MAN1  := $(DESTDIR)$(PREFIX)/share/man/man1/dtrain.1
 INSTALL_MAN8  := $(DESTDIR)$(PREFIX)/share/man/man8/dtraind.8
 INSTALL_COMP  := $(DESTDIR)$(PREFIX)/share/bash-completion/completions/dtrain
 INSTALL_COMPD := $(DESTDIR)$(PREFIX)/share/bash-completion/completions/dtraind
+INSTALL_CUDA  := $(DESTDIR)$(PREFIX)/lib/dtrain/libdtrain-cuda.so
 
 # mkdir_if DIR: create DIR 0755 when missing; an existing one keeps its mode (/etc/dtrain 0750).
 mkdir_if = [ -d $(1) ] || install -d -m 755 $(1)
@@ -58,13 +61,19 @@ install-files:
 	@$(call mkdir_if,$(dir $(INSTALL_COMP)))
 	@install -m 644 config/completion/dtrain.bash $(INSTALL_COMP) && echo "  INSTALL $(INSTALL_COMP)"
 	@ln -sfn dtrain $(INSTALL_COMPD) && echo "  INSTALL $(INSTALL_COMPD) -> dtrain"
+	@# the CUDA backend only where this build made one; a stale one from an earlier install
+	@# would be another build's (its ABI check refuses it), so it goes
+	@if [ -f $(BIN)/libdtrain-cuda.so ]; then $(call mkdir_if,$(dir $(INSTALL_CUDA))) && \
+	  install -m 644 $(BIN)/libdtrain-cuda.so $(INSTALL_CUDA) && echo "  INSTALL $(INSTALL_CUDA)"; \
+	 elif [ -e $(INSTALL_CUDA) ]; then rm -f $(INSTALL_CUDA) && echo "  REMOVE  $(INSTALL_CUDA) (this build has no CUDA backend)"; fi
 	@echo "next, as root: systemd-sysusers; /etc/dtrain/tf_config.json and token (root:dtrain 0640);"
 	@echo "  data in /srv/dtrain; systemctl daemon-reload; systemctl enable --now dtraind (see README)"
 	@echo "then: man dtrain, man 8 dtraind; completion in new bash shells (package bash-completion)"
 
 uninstall:
 	@for f in $(INSTALL_BIN)/dtraind $(INSTALL_BIN)/dtrain $(INSTALL_UNIT) $(INSTALL_USERS) \
-	    $(INSTALL_ENV) $(INSTALL_MAN1) $(INSTALL_MAN8) $(INSTALL_COMP) $(INSTALL_COMPD); do \
+	    $(INSTALL_ENV) $(INSTALL_MAN1) $(INSTALL_MAN8) $(INSTALL_COMP) $(INSTALL_COMPD) $(INSTALL_CUDA); do \
 	  if [ -e $$f ] || [ -L $$f ]; then rm -f $$f && echo "  REMOVE  $$f"; fi; done
 	@rmdir $(dir $(INSTALL_ENV)) 2>/dev/null && echo "  REMOVE  $(dir $(INSTALL_ENV))" || true
+	@rmdir $(dir $(INSTALL_CUDA)) 2>/dev/null && echo "  REMOVE  $(dir $(INSTALL_CUDA))" || true
 	@echo "kept: /etc/dtrain's configuration and /var/lib/dtrain; the dtrain user (systemd-sysusers made it)"

@@ -77,6 +77,41 @@ left=$(cd "$other" && find . ! -type d | sort | tr '\n' ' ')
 dt_assert_eq "$left" "./etc/dtrain/dtraind.env " "files left after uninstall"
 dt_assert_contains "$DT_TEST_TMP/uninstall.out" "REMOVE  $other/usr/bin/dtraind" "uninstall prints what it removed"
 
+# The CUDA backend: in PREFIX/lib/dtrain (where lib/nn/gpu.c looks from PREFIX/bin) when the build
+# made one, absent otherwise; an install from a build without one removes a stale one (another
+# build's ABI), and uninstall removes it and its dir. A BIN of links with a stand-in library
+# checks both branches whether or not this build had nvcc.
+cuda=$root/usr/local/lib/dtrain/libdtrain-cuda.so
+if [[ -f $DT_BIN_DIR/libdtrain-cuda.so ]]; then
+  mode_is "$cuda" 644
+  cmp -s "$DT_BIN_DIR/libdtrain-cuda.so" "$cuda" || dt_fail "installed libdtrain-cuda.so differs from $DT_BIN_DIR's"
+elif [[ -e $cuda ]]; then
+  dt_fail "install put a CUDA backend in $cuda, but $DT_BIN_DIR has none"
+fi
+fakebin=$DT_TEST_TMP/fakebin
+mkdir -p "$fakebin"
+ln -s "$DT_BIN_DIR/dtraind" "$fakebin/dtraind"
+ln -s "$DT_BIN_DIR/dtrain" "$fakebin/dtrain"
+echo "a stand-in for the CUDA backend" >"$fakebin/libdtrain-cuda.so"
+cu=$DT_TEST_TMP/cuda
+cuda=$cu/opt/dtrain/lib/dtrain/libdtrain-cuda.so
+mk install-files BIN="$fakebin" DESTDIR="$cu" PREFIX=/opt/dtrain >"$DT_TEST_TMP/cuda.out" 2>&1 ||
+  dt_fail "make install-files with a CUDA backend failed: $(cat "$DT_TEST_TMP/cuda.out")"
+mode_is "$cuda" 644
+cmp -s "$fakebin/libdtrain-cuda.so" "$cuda" || dt_fail "installed libdtrain-cuda.so differs from BIN's"
+dt_assert_contains "$DT_TEST_TMP/cuda.out" "INSTALL $cuda\$" "install prints where the CUDA backend went"
+rm "$fakebin/libdtrain-cuda.so"
+mk install-files BIN="$fakebin" DESTDIR="$cu" PREFIX=/opt/dtrain >"$DT_TEST_TMP/nocuda.out" 2>&1 ||
+  dt_fail "make install-files without a CUDA backend failed: $(cat "$DT_TEST_TMP/nocuda.out")"
+[[ ! -e $cuda ]] || dt_fail "a build without a CUDA backend left the earlier one in $cuda"
+dt_assert_contains "$DT_TEST_TMP/nocuda.out" "REMOVE  $cuda" "install says it removed the stale backend"
+echo "a stand-in for the CUDA backend" >"$fakebin/libdtrain-cuda.so"
+mk install-files BIN="$fakebin" DESTDIR="$cu" PREFIX=/opt/dtrain >/dev/null 2>&1 || dt_fail "reinstall"
+mk uninstall DESTDIR="$cu" PREFIX=/opt/dtrain >"$DT_TEST_TMP/cuda-un.out" 2>&1 ||
+  dt_fail "make uninstall failed: $(cat "$DT_TEST_TMP/cuda-un.out")"
+[[ ! -e $cu/opt/dtrain/lib/dtrain ]] || dt_fail "uninstall left $cu/opt/dtrain/lib/dtrain"
+dt_assert_contains "$DT_TEST_TMP/cuda-un.out" "REMOVE  $cuda" "uninstall removes the CUDA backend"
+
 # The installed unit, with the DESTDIR as root: verify resolves ExecStart there (so a wrong path
 # fails) and needs systemd's own units beside it for the start transaction it simulates.
 dt_require_cmd systemd-analyze
