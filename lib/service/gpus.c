@@ -5,17 +5,10 @@
  */
 #include "service/service_internal.h"
 
+#include "nn/gpu.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-/* The gate while the trainer cannot bind replicas to GPUs: a GPU job that passes the device
- * check would otherwise train on CPUs under GPU names. DTRAIN_GPU_TRAINER=1 in the chief's
- * environment opens it for the trainer's own GPU tests; it goes away when the trainer lands. */
-static bool gpu_trainer_ready(void)
-{
-    const char *v = getenv("DTRAIN_GPU_TRAINER");
-    return v && !strcmp(v, "1");
-}
 
 dt_status dt__service_check_gpus(const jt_summary *sum, const jt_task_gpus *tasks, int n,
                                  dt_err *err)
@@ -53,9 +46,10 @@ dt_status dt__service_check_gpus(const jt_summary *sum, const jt_task_gpus *task
                           "GPUs from it)",
                           sum->gpu_max_at, sum->gpu_max, t->name, t->address, has, also, need);
     }
-    if (!gpu_trainer_ready())
-        return dt_err_set(err, DT_EINVAL,
-                          "$.strategy.devices: this build's trainer cannot run GPU replicas yet; "
-                          "give \"/cpu:N\" replicas or leave out devices");
+    /* The chief's own build stands for the cluster's (one release everywhere): a build without
+     * nvcc, or a backend that lacks ops, would only fail the job in preparing. Loading the
+     * library does not initialise CUDA. */
+    if (dt_nn_gpu_complete(err) != DT_OK)
+        return dt_err_prefix(err, "$.strategy.devices: GPU replicas");
     return DT_OK;
 }

@@ -8,6 +8,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "nn/gpu.h"
 #include "train/train.h"
 
 #include <pthread.h>
@@ -307,6 +308,36 @@ static void comm_close(const trainer_task *t, dt_train_comm *c, const char *why)
     free(rc);
 }
 
+/* --- devices ---------------------------------------------------------------------------------
+ *
+ * A GPU replica's kernels run on the device its thread is bound to (lib/nn/gpu.h). The thread
+ * that builds a replica's model binds to its device first, so the model's memory lives there;
+ * the replica's own thread binds again before fit (a binding is per thread and holds its stream
+ * and cuBLAS handle; the memory stays on the device). CPU replicas bind nothing: their models
+ * take the CPU table (ops NULL). */
+
+/* "/gpu:1" or "/cpu:1": replica m's device as the spec names it. */
+static const char *dev_name(const dt_jobspec *spec, int m, char *buf, size_t n)
+{
+    snprintf(buf, n, "/%s:%d", spec->gpu ? "gpu" : "cpu", spec->ndevices ? spec->devices[m] : 0);
+    return buf;
+}
+
+static dt_status device_bind(const dt_jobspec *spec, int m, const dt_nn_ops **ops, dt_err *err)
+{
+    *ops = NULL;
+    if (!spec->gpu)
+        return DT_OK;
+    DT_TRY(dt_nn_gpu_complete(err));
+    return dt_nn_gpu_bind(spec->devices[m], spec->precision == DT_JOBSPEC_PRECISION_TF32, ops, err);
+}
+
+static void device_unbind(const dt_jobspec *spec)
+{
+    if (spec->gpu)
+        dt_nn_gpu_unbind();
+}
+
 /* --- several replicas in this daemon ($.strategy.devices) ---------------------------------------
  *
  * G = ndevices trainers, one thread each (the task's own thread is replica 0), with global ranks
@@ -383,6 +414,7 @@ static dt_status hier_broadcast(void *ctx, void *buf, size_t bytes, int root, dt
 
 typedef struct replica {
     const trainer_task *t;
+    const dt_jobspec *spec;
     int member, G;
     dt_trainer *tr;
     hier_ctx hc;
@@ -398,6 +430,11 @@ static void *replica_fit(void *arg)
     if (r->member > 0) /* its own name, so a stuck one can be told (and, in tests, frozen) */
         pthread_setname_np(pthread_self(), "dt-replica");
     const trainer_task *t = r->t;
+    const dt_nn_ops *ops;
+    if (r->member > 0 && (r->st = device_bind(r->spec, r->member, &ops, &r->err)) != DT_OK) {
+        dt_comm_hier_abort(r->hc.h, r->err.msg);
+        return NULL;
+    }
     dt_train_comm comm = {.ctx = &r->hc,
                           .rank = t->rank * r->G + r->member,
                           .world = t->world * r->G,
@@ -416,6 +453,8 @@ static void *replica_fit(void *arg)
     for (size_t i = 0; i < r->hc.npending; i++)
         dt_comm_hier_wait(r->hc.pending[i], 1000, &e);
     r->hc.npending = 0;
+    if (r->member > 0)
+        device_unbind(r->spec);
     return NULL;
 }
 
@@ -440,7 +479,8 @@ static dt_status hier_open(const trainer_task *t, const dt_jobspec *spec, dt_com
     }
     ring_names(t, addrs, names, nbuf);
     for (int m = 0; m < G; m++) {
-        snprintf(mbuf[m], sizeof mbuf[m], "%s /cpu:%d", nbuf[t->rank], spec->devices[m]);
+        char dn[32];
+        snprintf(mbuf[m], sizeof mbuf[m], "%s %s", nbuf[t->rank], dev_name(spec, m, dn, sizeof dn));
         mnames[m] = mbuf[m];
     }
     st = dt_comm_local_new(&(dt_comm_local_opts){.members = G, .names = mnames}, local, err);
@@ -494,8 +534,13 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
     if (st == DT_OK && t->replicas)
         atomic_store(t->replicas, G);
     for (int m = 0; st == DT_OK && m < G; m++) {
-        reps[m] = (replica){.t = t, .member = m, .G = G, .hc = {.member = m}};
+        reps[m] = (replica){.t = t, .spec = spec, .member = m, .G = G, .hc = {.member = m}};
         dt_train_opts o = dt_train_opts_default();
+        char dn[32];
+        /* this thread builds every replica, each on its device; replica 0 keeps it */
+        st = device_bind(spec, m, &o.ops, &err);
+        if (st != DT_OK)
+            break;
         o.rank = t->rank * G + m;
         o.world = t->world * G;
         o.out_dir = o.rank == 0 ? t->job_dir : NULL;
@@ -508,7 +553,7 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
                 (dt_train_progress){pc, on_epoch_begin, on_step_end, on_epoch_end, on_resumed};
         st = dt_train_new(spec, &o, &reps[m].tr, &err);
         if (st != DT_OK) {
-            dt_err_prefix(&err, "replica /cpu:%d", spec->devices[m]);
+            dt_err_prefix(&err, "replica %s", dev_name(spec, m, dn, sizeof dn));
             break;
         }
         dt_train_info info;
@@ -526,11 +571,14 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
     }
     dt_comm_local *local = NULL;
     dt_comm_hier *hier = NULL;
+    const dt_nn_ops *ops0;
+    if (st == DT_OK && spec->gpu && G > 1) /* back on replica 0's device */
+        st = device_bind(spec, 0, &ops0, &err);
     if (st == DT_OK)
         st = hier_open(t, spec, &local, &hier, &err);
     if (st == DT_OK)
-        DT_INFO("jobs", "rank %d trains %d CPU replicas (global ranks %d..%d of %d)", t->rank, G,
-                t->rank * G, t->rank * G + G - 1, t->world * G);
+        DT_INFO("jobs", "rank %d trains %d %s replicas (global ranks %d..%d of %d)", t->rank, G,
+                spec->gpu ? "GPU" : "CPU", t->rank * G, t->rank * G + G - 1, t->world * G);
     char hash[32] = "";
     if (st == DT_OK) {
         if (t->rank == 0) {
@@ -550,9 +598,10 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
             up[m] = pthread_create(&th[m], NULL, replica_fit, &reps[m]) == 0;
         for (int m = 1; m < G; m++)
             if (!th || !up || !up[m]) { /* never started: fail its siblings rather than hang */
+                char dn[32];
                 reps[m].st =
-                    dt_err_set(&reps[m].err, DT_ENOMEM, "replica /cpu:%d: cannot start its thread",
-                               spec->devices[m]);
+                    dt_err_set(&reps[m].err, DT_ENOMEM, "replica %s: cannot start its thread",
+                               dev_name(spec, m, dn, sizeof dn));
                 dt_comm_hier_abort(hier, reps[m].err.msg);
             }
         replica_fit(&reps[0]);
@@ -576,12 +625,14 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
             err = reps[bad].err;
         }
         for (int m = 1; st == DT_OK && m < G; m++)
-            if (reps[m].res.weights_hash != reps[0].res.weights_hash)
-                st = dt_err_set(&err, DT_EPROTO,
-                                "replicas diverged: /cpu:%d ends with weights %016llx, /cpu:%d "
-                                "with %016llx",
-                                spec->devices[0], (unsigned long long)reps[0].res.weights_hash,
-                                spec->devices[m], (unsigned long long)reps[m].res.weights_hash);
+            if (reps[m].res.weights_hash != reps[0].res.weights_hash) {
+                char d0[32], dm[32];
+                st = dt_err_set(
+                    &err, DT_EPROTO,
+                    "replicas diverged: %s ends with weights %016llx, %s with %016llx",
+                    dev_name(spec, 0, d0, sizeof d0), (unsigned long long)reps[0].res.weights_hash,
+                    dev_name(spec, m, dm, sizeof dm), (unsigned long long)reps[m].res.weights_hash);
+            }
         if (st == DT_OK)
             snprintf(hash, sizeof hash, "%016llx", (unsigned long long)reps[0].res.weights_hash);
         if (st == DT_ECANCELED && atomic_load(t->cancel))
@@ -590,9 +641,15 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
     dt_comm_hier_free(hier);
     dt_comm_local_free(local);
     for (int m = 0; reps && m < G; m++) {
+        const dt_nn_ops *ops;
+        dt_err berr = {0};
+        /* a replica's memory is freed from its device */
+        if (reps[m].tr && spec->gpu && device_bind(spec, m, &ops, &berr) != DT_OK)
+            DT_WARN("jobs", "%s", berr.msg);
         dt_train_free(reps[m].tr);
         free(reps[m].hc.pending);
     }
+    device_unbind(spec);
     h->finished(h->ctx, st, st == DT_OK ? "" : err.msg, hash,
                 st == DT_OK && reps ? reps[0].res.final_path : "",
                 st == DT_OK && reps ? reps[0].res.stop_reason : "");
@@ -634,7 +691,9 @@ void dt__service_trainer_main(const trainer_task *t)
         if (t->rank == 0)
             o.progress =
                 (dt_train_progress){&pc, on_epoch_begin, on_step_end, on_epoch_end, on_resumed};
-        st = dt_train_new(&spec, &o, &tr, &err);
+        st = device_bind(&spec, 0, &o.ops, &err);
+        if (st == DT_OK)
+            st = dt_train_new(&spec, &o, &tr, &err);
     }
     if (st == DT_OK)
         dt_train_get_info(tr, &info);
@@ -662,8 +721,10 @@ void dt__service_trainer_main(const trainer_task *t)
             dt_err_set(&err, DT_ECANCELED, "cancelled: %s", t->cancel_reason);
     }
     dt_train_free(tr);
-    if (have_spec)
+    if (have_spec) {
+        device_unbind(&spec);
         dt_jobspec_destroy(&spec);
+    }
     h->finished(h->ctx, st, st == DT_OK ? "" : err.msg, hash, st == DT_OK ? res.final_path : "",
                 st == DT_OK ? res.stop_reason : "");
 }
