@@ -144,6 +144,16 @@ $(BIN)/dtrain: $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC)) $(LIBDTRAIN)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# A stand-in CUDA backend for the tests (lib/nn/ops_guard.c with DT_NN_GUARD_FAKE_GPU): the CPU
+# kernels as DTRAIN_FAKE_GPUS devices, loaded through DTRAIN_CUDA_LIB like the real one, so the
+# GPU replicas' code runs in CI. Its own copies of the kernels, built position-independent.
+FAKEGPU_LIB := $(BUILD)/libdtrain-fakegpu.so
+FAKEGPU_SRC := lib/nn/ops_guard.c $(wildcard lib/nn/ops_cpu*.c) lib/core/rng.c
+$(FAKEGPU_LIB): $(FAKEGPU_SRC) $(wildcard lib/nn/*.h lib/core/*.h lib/nn/cuda/api.h)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -DDT_NN_GUARD_FAKE_GPU -shared \
+	  -o $@ $(FAKEGPU_SRC) $(LDFLAGS) $(shell pkg-config --libs openblas) -lm -lpthread
+
 # Every DT_TEST(name) / DT_TEST_TIMEOUT(name, s) in test/unit/*.c becomes one runner entry.
 $(BUILD)/gen/test_list.h: $(TEST_SRC) Makefile
 	@mkdir -p $(BUILD)/gen
@@ -154,7 +164,7 @@ $(BUILD)/gen/test_list.h: $(TEST_SRC) Makefile
 
 $(BUILD)/obj/test/runner.o: $(BUILD)/gen/test_list.h
 
-$(BUILD)/dt_test: $(patsubst %.c,$(BUILD)/obj/%.o,test/runner.c $(TEST_SRC)) $(LIBDTRAIN)
+$(BUILD)/dt_test: $(patsubst %.c,$(BUILD)/obj/%.o,test/runner.c $(TEST_SRC)) $(LIBDTRAIN) | $(FAKEGPU_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -8,6 +8,13 @@
  * argument when a buffer it is handed lies outside the arena (host memory where device memory
  * is due). Allocation is a bump pointer over fresh pages (zeroed, as the contract wants); freed
  * memory is not reused, which tests of a few thousand steps afford.
+ *
+ * Built with DT_NN_GUARD_FAKE_GPU (the Makefile's FAKEGPU_LIB), the same file is a stand-in CUDA backend,
+ * libdtrain-fakegpu.so, with DTRAIN_FAKE_GPUS devices (default 2): each device allocates in its
+ * own slice of the arena, a thread's kernels run on the device it bound (none until it binds),
+ * and a buffer of another device handed to them aborts, naming both. Loaded through
+ * DTRAIN_CUDA_LIB, it lets the CPU-only tests drive the GPU replicas' code: which thread binds
+ * where, which device each replica's memory lives on.
  */
 #include "nn/ops.h"
 #include "nn/ops_cpu.h"
@@ -21,14 +28,25 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define ARENA_BYTES ((size_t)16 << 30) /* reserved, not committed */
+#define SLICE_BYTES ((size_t)4 << 30) /* a device's share: reserved, not committed */
+#define MAX_DEV     4
+#define ARENA_BYTES (SLICE_BYTES * MAX_DEV)
+
+#ifdef DT_NN_GUARD_FAKE_GPU
+#define UNBOUND (-1) /* a thread runs kernels only after it binds */
+#define WHO     "fake GPU"
+#else
+#define UNBOUND 0 /* the guard is one device, every thread's */
+#define WHO     "ops guard"
+#endif
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static char *arena;
-static size_t used, opened_len;
+static char *arena; /* device d allocates in [arena + d * SLICE_BYTES, + used[d]) */
+static size_t used[MAX_DEV], opened_len[MAX_DEV];
 static int open_count; /* kernels running: the arena is open while any is */
 static const dt_nn_ops *cpu;
+static _Thread_local int tls_dev = UNBOUND;
 
 /* A fault inside the arena is the bug this table exists to find: say so, with the stack. */
 static void on_segv(int sig, siginfo_t *si, void *uc)
@@ -36,8 +54,8 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
     (void)uc;
     const char *a = si->si_addr;
     if (a >= arena && a < arena + ARENA_BYTES) {
-        static const char msg[] = "ops guard: the host touched device memory outside a kernel "
-                                  "(use upload/download); stack:\n";
+        static const char msg[] = WHO ": the host touched device memory outside a kernel "
+                                      "(use upload/download); stack:\n";
         if (write(2, msg, sizeof msg - 1) < 0) {
         }
         void *pcs[48];
@@ -56,17 +74,22 @@ static void init(void)
     void *p =
         mmap(NULL, ARENA_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
-        perror("ops guard: mmap");
+        perror(WHO ": mmap");
         abort();
     }
     arena = p;
 }
 
-static void protect(size_t len, int prot)
+/* Every device's used bytes open (read-write) or closed; with the lock held. */
+static void protect_all(int prot)
 {
-    if (len && mprotect(arena, len, prot) != 0) {
-        perror("ops guard: mprotect");
-        abort();
+    for (int d = 0; d < MAX_DEV; d++) {
+        size_t len = prot == PROT_NONE ? opened_len[d] : used[d];
+        if (len && mprotect(arena + (size_t)d * SLICE_BYTES, len, prot) != 0) {
+            perror(WHO ": mprotect");
+            abort();
+        }
+        opened_len[d] = prot == PROT_NONE ? 0 : len;
     }
 }
 
@@ -74,34 +97,49 @@ static void protect(size_t len, int prot)
 static void open_arena(void)
 {
     pthread_mutex_lock(&lock);
-    if (open_count++ == 0 || opened_len < used) {
-        protect(used, PROT_READ | PROT_WRITE);
-        opened_len = used;
-    }
+    open_count++;
+    protect_all(PROT_READ | PROT_WRITE);
     pthread_mutex_unlock(&lock);
 }
 
 static void close_arena(void)
 {
     pthread_mutex_lock(&lock);
-    if (--open_count == 0) {
-        protect(opened_len, PROT_NONE);
-        opened_len = 0;
-    }
+    if (--open_count == 0)
+        protect_all(PROT_NONE);
     pthread_mutex_unlock(&lock);
+}
+
+/* The device whose memory p is, or -1 (host memory). */
+static int dev_of(const void *p)
+{
+    const char *c = p;
+    if (!arena || c < arena || c >= arena + ARENA_BYTES)
+        return -1;
+    int d = (int)((size_t)(c - arena) / SLICE_BYTES);
+    return c < arena + (size_t)d * SLICE_BYTES + used[d] ? d : -1;
 }
 
 static bool in_arena(const void *p)
 {
-    return (const char *)p >= arena && (const char *)p < arena + used;
+    return dev_of(p) >= 0;
 }
 
 static void check(const char *op, const char *arg, const void *p, bool may_be_null)
 {
-    if ((!p && may_be_null) || (p && in_arena(p)))
+    if (!p && may_be_null)
         return;
-    fprintf(stderr, "ops guard: %s: argument %s = %p is %s\n", op, arg, p,
-            p ? "not device memory (a host buffer handed to a kernel)" : "NULL");
+    int d = p ? dev_of(p) : -1;
+    if (d >= 0 && d == tls_dev)
+        return;
+    if (d >= 0)
+        fprintf(stderr,
+                WHO ": %s: argument %s = %p is memory of /gpu:%d, used by a thread bound to "
+                    "/gpu:%d\n",
+                op, arg, p, d, tls_dev);
+    else
+        fprintf(stderr, WHO ": %s: argument %s = %p is %s\n", op, arg, p,
+                p ? "not device memory (a host buffer handed to a kernel)" : "NULL");
     abort();
 }
 /* Host memory where the contract says so (a device buffer there is the bug). */
@@ -109,7 +147,7 @@ static void check_host(const char *op, const char *arg, const void *p)
 {
     if (p && !in_arena(p))
         return;
-    fprintf(stderr, "ops guard: %s: argument %s = %p is %s\n", op, arg, p,
+    fprintf(stderr, WHO ": %s: argument %s = %p is %s\n", op, arg, p,
             p ? "device memory where host memory is due" : "NULL");
     abort();
 }
@@ -119,16 +157,19 @@ static void check_host(const char *op, const char *arg, const void *p)
 static void *g_alloc(size_t bytes)
 {
     pthread_once(&once, init);
+    int d = tls_dev;
+    if (d < 0) {
+        fprintf(stderr, WHO ": alloc on a thread bound to no device\n");
+        abort();
+    }
     pthread_mutex_lock(&lock);
-    size_t at = (used + 63) & ~(size_t)63, len = bytes ? bytes : 1;
+    size_t at = (used[d] + 63) & ~(size_t)63, len = bytes ? bytes : 1;
     void *p = NULL;
-    if (at + len <= ARENA_BYTES) {
-        p = arena + at;
-        used = at + len;
-        if (open_count) { /* a kernel is running: the new bytes open with the rest */
-            protect(used, PROT_READ | PROT_WRITE);
-            opened_len = used;
-        }
+    if (at + len <= SLICE_BYTES) {
+        p = arena + (size_t)d * SLICE_BYTES + at;
+        used[d] = at + len;
+        if (open_count) /* a kernel is running: the new bytes open with the rest */
+            protect_all(PROT_READ | PROT_WRITE);
     }
     pthread_mutex_unlock(&lock);
     return p;
@@ -501,7 +542,11 @@ static int g_sync(char *msg, size_t n)
 }
 
 static const dt_nn_ops guard_ops = {
+#ifdef DT_NN_GUARD_FAKE_GPU
+    .name = "fake-gpu",
+#else
     .name = "guard",
+#endif
     .device_memory = true,
     .alloc = g_alloc,
     .free = g_free,
@@ -565,3 +610,72 @@ const dt_nn_ops *dt__nn_ops_default(void)
     const char *e = getenv("DTRAIN_OPS_GUARD");
     return e && *e && strcmp(e, "0") != 0 ? dt_nn_ops_guard() : dt_nn_ops_cpu();
 }
+
+#ifdef DT_NN_GUARD_FAKE_GPU
+#include "nn/cuda/api.h"
+
+#include <stdatomic.h>
+
+static _Atomic int binds[MAX_DEV]; /* per device, for the tests (dt_nn_fake_gpu_binds) */
+
+static int f_count(char *msg, size_t n)
+{
+    (void)msg, (void)n;
+    const char *e = getenv("DTRAIN_FAKE_GPUS");
+    int c = e ? atoi(e) : 2;
+    return c < 0 ? 0 : c > MAX_DEV ? MAX_DEV : c;
+}
+
+static int f_info(int dev, dt_nn_cuda_dev *out, char *msg, size_t n)
+{
+    if (dev < 0 || dev >= f_count(NULL, 0)) {
+        snprintf(msg, n, "no fake GPU %d", dev);
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "dtrain fake GPU");
+    out->sms = 1;
+    out->mem = SLICE_BYTES;
+    return 0;
+}
+
+static int f_bind(int dev, bool tf32, char *msg, size_t n)
+{
+    (void)tf32;
+    if (dev < 0 || dev >= f_count(NULL, 0)) {
+        snprintf(msg, n, "no fake GPU %d", dev);
+        return -1;
+    }
+    pthread_once(&once, init);
+    tls_dev = dev;
+    atomic_fetch_add(&binds[dev], 1);
+    return 0;
+}
+
+static void f_unbind(void)
+{
+    tls_dev = UNBOUND;
+}
+
+__attribute__((visibility("default"))) int dt_nn_fake_gpu_binds(int dev)
+{
+    return dev >= 0 && dev < MAX_DEV ? atomic_load(&binds[dev]) : -1;
+}
+
+static const char *const none[] = {NULL};
+static const dt_nn_cuda_api fake_api = {
+    .abi = DT_NN_CUDA_ABI,
+    .device_count = f_count,
+    .device_info = f_info,
+    .bind = f_bind,
+    .unbind = f_unbind,
+    .sync = g_sync,
+    .ops = &guard_ops,
+    .missing = none,
+};
+
+__attribute__((visibility("default"))) const dt_nn_cuda_api *dt_nn_cuda_api_v1(void)
+{
+    return &fake_api;
+}
+#endif
