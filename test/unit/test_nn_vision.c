@@ -746,17 +746,20 @@ DT_TEST(nn_vision_pad_dw_fused_equals_unfused)
     }
 }
 
-/* The vectorised depthwise kernels (depth_multiplier 1) add in the order of the plain loops
- * below - per output 0 + tap 0 + tap 1 ...; dk and dx output by output, taps in window order -
- * so their bits equal these loops' on any machine. */
+/* The vectorised depthwise kernels (depth_multiplier 1; the 3x3 ones up to 32 channels and the
+ * general ones) add in the order of the plain loops below - per output 0 + tap 0 + tap 1 ...; dk
+ * and dx output by output, taps in window order - so their bits equal these loops' on any machine.
+ */
 DT_TEST(nn_vision_depthwise_kernels_keep_the_summation_order)
 {
     const dt_nn_ops *o = dt_nn_ops_cpu();
     /* n, h, w, c, k, stride, pad top/left, dilation: interior and borders, 8/4/1-wide tails */
-    const int cases[][8] = {{3, 9, 8, 21, 3, 1, 1, 1},
-                            {3, 9, 8, 13, 3, 2, 0, 1},
-                            {2, 8, 9, 8, 3, 2, 1, 1},
-                            {2, 9, 9, 5, 3, 1, 2, 2}};
+    const int cases[][8] = {{3, 9, 8, 21, 3, 1, 1, 1},   {3, 9, 8, 13, 3, 2, 0, 1},
+                            {2, 8, 9, 8, 3, 2, 1, 1},    {2, 9, 9, 5, 3, 1, 2, 2},
+                            {2, 10, 10, 24, 3, 2, 0, 1}, /* MobileNet's stride 2 */
+                            {2, 9, 8, 37, 3, 1, 1, 1},   /* 3x3 past 32 channels */
+                            {2, 9, 8, 11, 5, 2, 2, 1},   /* other windows: the general kernels */
+                            {2, 7, 7, 9, 2, 1, 0, 1}};
     dt_rng r;
     dt_rng_seed(&r, 12);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
