@@ -139,6 +139,11 @@ mkdir -p "$OUT"
   nvidia-smi || echo "(nvidia-smi failed or is missing)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  # the PyTorch parity tests call /usr/bin/python3; the machine's torch is in the python3 on PATH
+  for p in /usr/bin/python3 "$PY"; do
+    printf 'torch in %s (%s): ' "$p" "$(command -v "$p" || echo missing)"
+    "$p" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null || echo no
+  done
 } 2>&1 | tee "$OUT/gpu-probe.txt"
 if [[ $mode == exec ]]; then
   "${env_run[@]}" "$@"
