@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define DT_NN_CUDA_ABI 1
+#define DT_NN_CUDA_ABI 2
 
 /* One device as the runtime describes it. */
 typedef struct dt_nn_cuda_dev {
@@ -56,6 +56,25 @@ typedef struct dt_nn_cuda_api {
     /* Names of ops entries the backend leaves NULL (a backend under construction), for the
      * loader's refusal: a NULL-terminated list. */
     const char *const *missing;
+
+    /* NCCL among one process's GPUs, one replica each (MirroredStrategy on one host).
+     * clique_new: one communicator per device of devs[0..n) (ncclCommInitAll), made once per job
+     * by one thread before the replicas start; 0, or -1 with a message.
+     * clique_allreduce: member m's part of an in-place SUM all-reduce of count floats, issued on
+     * the calling thread's stream (the thread is bound to devs[m]); every member calls it with the
+     * same counts in the same order, each from its own thread. buf is device memory of that
+     * device (then the call returns once it is queued: the stream orders what follows), or host
+     * memory (then staged through the device and waited for). Every member ends with the same
+     * bits. clique_broadcast: likewise, bytes from member root.
+     * clique_abort: makes every member's pending and later calls fail (ncclCommAbort), so a
+     * replica that failed or hung cannot leave its siblings waiting on the GPU. Thread-safe.
+     * clique_free: after every member returned. */
+    int (*clique_new)(int n, const int *devs, void **out, char *msg, size_t len);
+    int (*clique_allreduce)(void *c, int m, float *buf, size_t count, char *msg, size_t len);
+    int (*clique_broadcast)(void *c, int m, void *buf, size_t bytes, int root, char *msg,
+                            size_t len);
+    void (*clique_abort)(void *c);
+    void (*clique_free)(void *c);
 } dt_nn_cuda_api;
 
 typedef const dt_nn_cuda_api *(*dt_nn_cuda_api_fn)(void);

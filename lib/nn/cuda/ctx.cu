@@ -247,7 +247,8 @@ static int sync(char *msg, size_t n)
 
 #define DT_CU_OPS(X)                                                                               \
     X(alloc)                                                                                       \
-    X(free) X(upload) X(download) X(gemm) X(im2col) X(col2im) X(bias_add) X(bias_grad) X(act_fwd)  \
+    X(free)                                                                                        \
+    X(upload) X(download) X(gemm) X(im2col) X(col2im) X(bias_add) X(bias_grad) X(act_fwd)          \
         X(act_bwd) X(pool_fwd) X(pool_bwd) X(bn_fwd) X(bn_bwd) X(dropout_fwd) X(axpby) X(mul)      \
             X(copy) X(copy2d) X(fill) X(loss) X(regularize) X(update) X(sumsq) X(img_flip)         \
                 X(img_adjust) X(img_adjust_bwd) X(img_resize) X(img_resize_bwd) X(img_transform)   \
@@ -288,6 +289,11 @@ static void build(void)
     api.sync = sync;
     api.ops = &table;
     api.missing = missing;
+    api.clique_new = dt_cu_clique_new;
+    api.clique_allreduce = dt_cu_clique_allreduce;
+    api.clique_broadcast = dt_cu_clique_broadcast;
+    api.clique_abort = dt_cu_clique_abort;
+    api.clique_free = dt_cu_clique_free;
 }
 
 extern "C" __attribute__((visibility("default"))) const dt_nn_cuda_api *dt_nn_cuda_api_v1(void)

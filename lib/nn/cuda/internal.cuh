@@ -101,4 +101,12 @@ void dt_cu_fill_train(dt_nn_ops *o); /* train.cu: loss, regularize, update, sums
 void dt_cu_fill_image(dt_nn_ops *o); /* image.cu: the augmentation kernels */
 void dt_cu_fill_seq(dt_nn_ops *o);   /* seq.cu: embedding, seq_mean, attention mask, rnn, cat */
 
+/* nccl.cu: the api's clique entries (see api.h). */
+int dt_cu_clique_new(int n, const int *devs, void **out, char *msg, size_t len);
+int dt_cu_clique_allreduce(void *c, int m, float *buf, size_t count, char *msg, size_t len);
+int dt_cu_clique_broadcast(void *c, int m, void *buf, size_t bytes, int root, char *msg,
+                           size_t len);
+void dt_cu_clique_abort(void *c);
+void dt_cu_clique_free(void *c);
+
 #endif
