@@ -151,7 +151,7 @@ static void check_resize(const dt_nn_ops *g, const dt_nn_resize *r, uint64_t see
 }
 
 /* Every method over: up, down (by 2.6 and by 13), the same size, a cropped window (cells outside
- * it get no gradient), 1-pixel outputs and inputs, mixed up/down axes. */
+ * it get no gradient), 1-pixel outputs and inputs, mixed up/down axes, one axis kept. */
 DT_TEST(gpu_img_resize_matches_cpu)
 {
     const dt_nn_ops *g = gpu_ops();
@@ -161,6 +161,7 @@ DT_TEST(gpu_img_resize_matches_cpu)
         {1, 9, 8, 2, 9, 8, 0, 0, 9, 8},     {3, 12, 10, 1, 7, 9, 2, 1, 8, 6},
         {2, 6, 6, 2, 1, 1, 0, 0, 6, 6},     {2, 1, 1, 3, 4, 5, 0, 0, 1, 1},
         {1, 40, 39, 1, 3, 3, 0, 0, 40, 39}, {2, 7, 30, 2, 20, 4, 0, 3, 7, 25},
+        {2, 6, 9, 1, 6, 4, 0, 0, 6, 9},
     };
     static const dt_nn_interp kinds[] = {DT_NN_INTERP_BILINEAR, DT_NN_INTERP_NEAREST,
                                          DT_NN_INTERP_AREA, DT_NN_INTERP_BICUBIC};

@@ -703,14 +703,17 @@ static void cu_img_transform_bwd(const dt_nn_transform *g, const float *t, const
     if (per > n)
         per = n;
     size_t last = n % per ? n % per : per;
-    /* CUB's temporary storage for the full chunk and the last one (it depends on the count) */
+    /* CUB's temporary storage for the full chunk and the last one (it depends on the count);
+     * 32-bit counts (every chunk has fewer than 2^32 pairs) keep CUB on 32-bit offsets */
     size_t tmp = 0, tmp_last = 0;
     {
         cub::DoubleBuffer<uint32_t> kb(NULL, NULL), vb(NULL, NULL);
         uint32_t none = (uint32_t)(per * hw);
-        DT_CU(cub::DeviceRadixSort::SortPairs(NULL, tmp, kb, vb, per * hw * (size_t)taps, 0,
+        DT_CU(cub::DeviceRadixSort::SortPairs(NULL, tmp, kb, vb,
+                                              (uint32_t)(per * hw * (size_t)taps), 0,
                                               bits_for(none), dt_cu_stream()));
-        DT_CU(cub::DeviceRadixSort::SortPairs(NULL, tmp_last, kb, vb, last * hw * (size_t)taps, 0,
+        DT_CU(cub::DeviceRadixSort::SortPairs(NULL, tmp_last, kb, vb,
+                                              (uint32_t)(last * hw * (size_t)taps), 0,
                                               bits_for((uint32_t)(last * hw)), dt_cu_stream()));
         if (tmp_last > tmp)
             tmp = tmp_last;
@@ -729,7 +732,7 @@ static void cu_img_transform_bwd(const dt_nn_transform *g, const float *t, const
         DT_CU_LAUNCH("img_transform_bwd keys");
         cub::DoubleBuffer<uint32_t> kb(k0, k1), vb(v0, v1);
         size_t tb = tmp;
-        DT_CU(cub::DeviceRadixSort::SortPairs(temp, tb, kb, vb, pairs, 0, bits_for(none),
+        DT_CU(cub::DeviceRadixSort::SortPairs(temp, tb, kb, vb, (uint32_t)pairs, 0, bits_for(none),
                                               dt_cu_stream()));
         k_tf_gather<<<LAUNCH_1D(cells * (size_t)g->c)>>>(*g, t, i0, cells, pairs, taps,
                                                          kb.Current(), vb.Current(), dy, dx, acc);

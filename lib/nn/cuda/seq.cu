@@ -167,7 +167,7 @@ static void cu_embed_bwd(const float *ids, size_t n, const float *dy, int rows, 
     cub::DoubleBuffer<uint32_t> q0(NULL, NULL), q1(NULL, NULL);
     size_t tmp = 0;
     int bits = bits_for((uint32_t)rows);
-    DT_CU(cub::DeviceRadixSort::SortPairs(NULL, tmp, q0, q1, n, 0, bits, dt_cu_stream()));
+    DT_CU(cub::DeviceRadixSort::SortPairs(NULL, tmp, q0, q1, (uint32_t)n, 0, bits, dt_cu_stream()));
     size_t arr = (n * sizeof(uint32_t) + 255) / 256 * 256,
            segb = (((size_t)rows + 1) * sizeof(uint32_t) + 255) / 256 * 256;
     char *s = (char *)dt_cu_scratch(4 * arr + segb + tmp);
@@ -178,7 +178,7 @@ static void cu_embed_bwd(const float *ids, size_t n, const float *dy, int rows, 
     k_embed_keys<<<LAUNCH_1D(n)>>>(ids, n, rows, k0, v0);
     DT_CU_LAUNCH("embed_bwd keys");
     cub::DoubleBuffer<uint32_t> kb(k0, k1), vb(v0, v1);
-    DT_CU(cub::DeviceRadixSort::SortPairs(s + 4 * arr + segb, tmp, kb, vb, n, 0, bits,
+    DT_CU(cub::DeviceRadixSort::SortPairs(s + 4 * arr + segb, tmp, kb, vb, (uint32_t)n, 0, bits,
                                           dt_cu_stream()));
     k_embed_segs<<<LAUNCH_1D((size_t)rows + 1)>>>(kb.Current(), n, rows, seg);
     DT_CU_LAUNCH("embed_bwd segments");
