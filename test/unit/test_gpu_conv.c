@@ -38,6 +38,15 @@ static void same_bytes(const dt_nn_ops *g, const void *d, const void *ref, size_
     ASSERT_TRUE(c == 0);
 }
 
+/* And the same bits as the CPU: the gathers add the same numbers in the same order (each a
+ * rounded multiply and add, no FMA), so an order that drifts from the CPU's shows here even
+ * where the tolerance cannot see it. */
+static void same_floats(const dt_nn_ops *g, const float *d, const float *ref, size_t n,
+                        const char *what, int geo)
+{
+    same_bytes(g, d, ref, n * sizeof(float), what, geo);
+}
+
 static float *nans(size_t n)
 {
     float *h = malloc(sizeof(float) * (n ? n : 1));
@@ -134,6 +143,7 @@ DT_TEST(gpu_im2col_col2im_match_cpu)
             c->col2im(&w, col, dx, acc);
             g->col2im(&w, dcol, ddx, acc);
             double e = close_to(g, ddx, dx, nx, 1e-5, "col2im", (int)s);
+            same_floats(g, ddx, dx, nx, "col2im bits", (int)s);
             worst = e > worst ? e : worst;
             g->free(ddx);
             free(dx);
@@ -197,6 +207,7 @@ DT_TEST(gpu_pool_matches_cpu)
                 c->pool_fwd(kind, &w, x, y, kind == DT_NN_POOL_AVG ? NULL : arg);
                 g->pool_fwd(kind, &w, dx_, dy_, kind == DT_NN_POOL_AVG ? NULL : darg);
                 close_to(g, dy_, y, ny, 1e-5, pool_names[kk], (int)s);
+                same_floats(g, dy_, y, ny, "pool_fwd bits", (int)s);
                 if (kind != DT_NN_POOL_AVG)
                     same_bytes(g, darg, arg, ny * sizeof(int32_t), "pool argmax", (int)s);
                 /* the backward from the CPU's argmax, so both sides route alike */
@@ -207,6 +218,7 @@ DT_TEST(gpu_pool_matches_cpu)
                     c->pool_bwd(kind, &w, gy, arg, dx, acc);
                     g->pool_bwd(kind, &w, dgy, darg, ddx, acc);
                     close_to(g, ddx, dx, nx, 1e-5, pool_names[kk], (int)s);
+                    same_floats(g, ddx, dx, nx, "pool_bwd bits", (int)s);
                     g->free(ddx);
                     free(dx);
                 }
@@ -243,6 +255,7 @@ DT_TEST(gpu_depthwise_matches_cpu)
             g->dw_fwd(&w, mult, dx_, dk_, dy_);
             double e = close_to(g, dy_, y, ny, 1e-5, "dw_fwd", (int)s);
             wy = e > wy ? e : wy;
+            same_floats(g, dy_, y, ny, "dw_fwd bits", (int)s);
             for (int acc = 0; acc < 2; acc++) {
                 float *dk = nans(nk), *ddk = gpu_poison(g, nk);
                 float *dx = acc ? gpu_randn(nx, 1, 73 + s) : nans(nx), *ddx = gpu_up(g, dx, nx);
@@ -252,6 +265,7 @@ DT_TEST(gpu_depthwise_matches_cpu)
                 wk = e > wk ? e : wk;
                 e = close_to(g, ddx, dx, nx, 1e-5, "dw_bwd dx", (int)s);
                 wx = e > wx ? e : wx;
+                same_floats(g, ddx, dx, nx, "dw_bwd dx bits", (int)s);
                 if (!acc) {
                     /* dk alone, twice: the same bits (a fixed two-stage sum) */
                     float *first = gpu_down(g, ddk, nk);

@@ -103,6 +103,7 @@ DT_TEST(gpu_bias_matches_cpu)
         c->bias_add(y, b, rows, cols);
         g->bias_add(dy_, db_, rows, cols);
         double e = close_to(g, dy_, y, n, 1e-5, "bias_add");
+        same_bytes(g, dy_, y, n * sizeof(float), "bias_add bits"); /* one rounded add */
         worst_add = e > worst_add ? e : worst_add;
         for (int acc = 0; acc < 2; acc++) {
             float *db = acc ? gpu_randn((size_t)cols, 1, 40 + s) : nans((size_t)cols);
@@ -184,6 +185,10 @@ DT_TEST(gpu_act_matches_cpu)
             int cols = (int)act_shapes[s][1];
             size_t n = rows * (size_t)cols;
             float *z = gpu_randn(n, 3, 100 + s), *y = nans(n), *dy = gpu_randn(n, 1, 200 + s);
+            /* every 5th input on an edge of some kind: 0, the caps, the threshold */
+            static const float edges[] = {0.0f, 6.0f, 2.0f, 0.5f, -1.0f};
+            for (size_t i = 0; i < n; i += 5)
+                z[i] = edges[(i / 5) % 5];
             float *dz_ = gpu_up(g, z, n), *dyy = gpu_poison(g, n), *ddy = gpu_up(g, dy, n);
             c->act_fwd(p, z, y, rows, cols);
             g->act_fwd(p, dz_, dyy, rows, cols);
@@ -282,6 +287,20 @@ DT_TEST(gpu_dropout_mask_equals_cpu)
             free(y);
             free(m);
         }
+    /* a draw equal to the rate keeps its element (u >= rate): rate = element 0's own draw */
+    dt_rng r, peek;
+    dt_rng_seed(&r, 5);
+    peek = r;
+    float rate = dt__nn_dropout_u(dt_rng_u64(&peek), 0);
+    float *x = gpu_randn(8, 1, 3), *dx = gpu_up(g, x, 8), *dm = gpu_poison(g, 8);
+    g->dropout_fwd(dx, dx, dm, 8, rate, &r);
+    float *m = gpu_down(g, dm, 8);
+    GPU_SYNC();
+    ASSERT_TRUE(m[0] == 1.0f / (1.0f - rate));
+    free(m);
+    free(x);
+    g->free(dx);
+    g->free(dm);
     GPU_SYNC();
     dt_nn_gpu_unbind();
 }
@@ -302,6 +321,7 @@ DT_TEST(gpu_vector_ops_match_cpu)
         c->axpby(n, 0.7f, x, -1.3f, y);
         g->axpby(n, 0.7f, dx, -1.3f, dy);
         close_to(g, dy, y, n, 1e-5, "axpby");
+        same_bytes(g, dy, y, n * sizeof(float), "axpby bits");
         g->free(dy);
         free(y);
         for (int acc = 0; acc < 2; acc++) {
@@ -310,12 +330,15 @@ DT_TEST(gpu_vector_ops_match_cpu)
             c->mul(n, x, m, y, acc);
             g->mul(n, dx, dm, dy, acc);
             close_to(g, dy, y, n, 1e-5, "mul");
+            same_bytes(g, dy, y, n * sizeof(float), "mul bits");
             c->copy(n, m, y, acc);
             g->copy(n, dm, dy, acc);
             close_to(g, dy, y, n, 1e-5, "copy");
+            same_bytes(g, dy, y, n * sizeof(float), "copy bits");
             c->copy(n, y, y, acc); /* x == y: doubles it with acc, nothing without */
             g->copy(n, dy, dy, acc);
             close_to(g, dy, y, n, 1e-5, "copy in place");
+            same_bytes(g, dy, y, n * sizeof(float), "copy in place bits");
             g->free(dy);
             free(y);
         }
@@ -346,6 +369,7 @@ DT_TEST(gpu_vector_ops_match_cpu)
             c->copy2d(rows, cols, x, ldx, y, ldy, acc);
             g->copy2d(rows, cols, dx, ldx, dy, ldy, acc);
             close_to(g, dy, y, ny, 1e-5, "copy2d");
+            same_bytes(g, dy, y, ny * sizeof(float), "copy2d bits");
             g->free(dy);
             free(y);
         }
