@@ -318,12 +318,13 @@ struct bn_grad_f {
     }
 };
 
-/* dgamma += T, dbeta += S (the layer zeroed them), and the dx factors k, m1, m2 */
+/* dgamma += T, dbeta += S (the layer zeroed them), and the dx factors ik, k, m1, m2 (per
+ * column, so the dx pass does no square root or division per element) */
 struct bn_grad_fin {
     size_t rows;
     float eps;
     const float *svar, *gamma;
-    float *dgamma, *dbeta, *k, *m1, *m2;
+    float *dgamma, *dbeta, *ik, *k, *m1, *m2;
     __device__ void operator()(int j, double s, double t) const
     {
         if (dgamma)
@@ -331,6 +332,7 @@ struct bn_grad_fin {
         if (dbeta)
             dbeta[j] = radd(dbeta[j], (float)s);
         float a = gamma ? gamma[j] : 1.0f;
+        ik[j] = inv_dev(svar[j], eps);
         k[j] = rdiv(a, __fsqrt_rn(radd(svar[j], eps)));
         m1[j] = (float)(s / (double)rows);
         m2[j] = (float)(t / (double)rows);
@@ -339,14 +341,14 @@ struct bn_grad_fin {
 
 /* dx (=/+=) k (g - m1 - xhat m2), as bn_dx and masked_dx */
 static __global__ void bn_dx_k(const float *dy, const float *x, float *dx, size_t n, int cols,
-                               const float *smean, const float *svar, const float *gamma,
-                               const float *beta, float eps, float relu, const float *k,
-                               const float *m1, const float *m2, bool acc)
+                               const float *smean, const float *gamma, const float *beta,
+                               float relu, const float *ik, const float *k, const float *m1,
+                               const float *m2, bool acc)
 {
     DT_CU_FOR(i, n)
     {
         int j = (int)(i % (size_t)cols);
-        bn_col c = bn_col_at(j, smean, svar, gamma, beta, eps);
+        bn_col c = {smean[j], ik[j], gamma ? gamma[j] : 1.0f, beta ? beta[j] : 0.0f};
         float h = rmul(rsub(x[i], c.mu), c.ik);
         float g = bn_grad_in(dy[i], h, c, relu);
         float v = rmul(k[j], rsub(rsub(g, m1[j]), rmul(h, m2[j])));
@@ -360,20 +362,20 @@ static void cu_bn_bwd(const float *dy, const float *x, size_t rows, int cols, co
 {
     if (cols <= 0 || (!dx && !dgamma && !dbeta))
         return;
-    /* k, m1, m2 after the partial sums */
+    /* ik, k, m1, m2 after the partial sums */
     col_plan p = plan_cols(rows, cols);
-    double *ps = col_scratch(p, cols, 3 * (size_t)cols * sizeof(float));
+    double *ps = col_scratch(p, cols, 4 * (size_t)cols * sizeof(float));
     if (!ps)
         return;
-    float *k = (float *)col_extra(p, cols, ps), *m1 = k + cols, *m2 = m1 + cols;
+    float *ik = (float *)col_extra(p, cols, ps), *k = ik + cols, *m1 = k + cols, *m2 = m1 + cols;
     bn_grad_f f = {dy, x, smean, svar, gamma, beta, eps, relu};
-    bn_grad_fin fin = {rows, eps, svar, gamma, dgamma, dbeta, k, m1, m2};
+    bn_grad_fin fin = {rows, eps, svar, gamma, dgamma, dbeta, ik, k, m1, m2};
     col_sums(f, fin, p, rows, cols, ps);
     size_t n = rows * (size_t)cols;
     if (!dx || n == 0)
         return;
-    bn_dx_k<<<dt_cu_blocks(n), DT_CU_THREADS, 0, dt_cu_stream()>>>(
-        dy, x, dx, n, cols, smean, svar, gamma, beta, eps, relu, k, m1, m2, acc);
+    bn_dx_k<<<dt_cu_blocks(n), DT_CU_THREADS, 0, dt_cu_stream()>>>(dy, x, dx, n, cols, smean, gamma,
+                                                                   beta, relu, ik, k, m1, m2, acc);
     DT_CU_LAUNCH(bn_dx_k);
 }
 
