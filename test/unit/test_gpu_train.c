@@ -3,7 +3,8 @@
  * label_smoothing, ignore_class, hinge_pm1) and row weights NULL or not, dpred (poisoned first)
  * and the returned sum within 1e-5 relative. Updates: every optimizer kind and variant (momentum,
  * nesterov, amsgrad, centered, Ftrl's l1/l2/shrinkage) x clipvalue x weight decay x EMA (plain,
- * overwrite) over 3 steps: w, every slot and the average within 1e-5. The host sums (loss,
+ * overwrite) over 3 steps: w, every slot and the average within 1e-5, and with the CPU's bits
+ * but for Ftrl (powf); regularize's gradient likewise bit for bit. The host sums (loss,
  * regularize, sumsq) are also run twice and must give the same bits. */
 #include "test_gpu_util.h"
 
@@ -24,6 +25,23 @@ static float *uniform(size_t n, float lo, float hi, uint64_t seed)
 static bool close_rel(double a, double b, double tol)
 {
     return fabs(a - b) <= tol * fabs(b);
+}
+
+/* The device buffer d (n floats) with the bits of the CPU's ref: for the kernels that do the
+ * CPU's float operations in the CPU's order, each rounded on its own. Names the first
+ * difference. */
+static void same_bits(const dt_nn_ops *g, const float *d, const float *ref, size_t n,
+                      const char *what)
+{
+    float *h = gpu_down(g, d, n);
+    GPU_SYNC();
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&h[i], &ref[i], sizeof(float)) != 0) {
+            fprintf(stderr, "%s: element %zu of %zu is %.9g, the CPU's %.9g\n", what, i, n,
+                    (double)h[i], (double)ref[i]);
+            ASSERT_TRUE(!"the CPU's bits");
+        }
+    free(h);
 }
 
 /* --- losses ----------------------------------------------------------------------------------- */
@@ -258,6 +276,7 @@ DT_TEST(gpu_regularize_matches_cpu)
             ASSERT_TRUE(close_rel(got, ref, 1e-9));
             ASSERT_EQ(memcmp(&got, &again, sizeof(double)), 0);
             GPU_EXPECT_CLOSE(g, d_g, gr, n, 1e-5);
+            same_bits(g, d_g, gr, n, "regularize's gradient");
             g->free(d_w);
             g->free(d_g);
             g->free(d_g2);
@@ -407,14 +426,23 @@ DT_TEST(gpu_update_matches_cpu)
                                     uc->name, n, clips[ci], decays[di], ema, e);
                         ASSERT_LE(e, 1e-5);
                         free(h);
+                        /* every float operation in the CPU's order, each rounded on its own:
+                         * the CPU's bits, but for Ftrl's powf */
+                        bool bits = uc->kind != DT_NN_UPD_FTRL;
+                        if (bits)
+                            same_bits(g, d_w, w, n, uc->name);
                         for (int i = 0; i < 3; i++)
                             if (sl[i]) {
                                 GPU_EXPECT_CLOSE(g, d_sl[i], sl[i], n, 1e-5);
+                                if (bits)
+                                    same_bits(g, d_sl[i], sl[i], n, uc->name);
                                 g->free(d_sl[i]);
                                 free(sl[i]);
                             }
                         if (av) {
                             GPU_EXPECT_CLOSE(g, d_av, av, n, 1e-5);
+                            if (bits)
+                                same_bits(g, d_av, av, n, uc->name);
                             g->free(d_av);
                             free(av);
                         }
