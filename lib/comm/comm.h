@@ -299,5 +299,9 @@ int64_t dt_comm_hier_idle_ms(dt_comm_hier *h, int member);
 dt_comm *dt_comm_hier_ring(dt_comm_hier *h, int j);
 /* Aborts the in-host comm and every host ring with why. Thread-safe. */
 void dt_comm_hier_abort(dt_comm_hier *h, const char *why);
+/* fn(arg) runs first in every dt_comm_hier_abort: another channel the members use beside this
+ * one (NCCL among GPUs) is aborted with it, so whoever aborts the job's comm releases them all.
+ * Set before the members start. */
+void dt_comm_hier_on_abort(dt_comm_hier *h, void (*fn)(void *arg), void *arg);
 
 #endif

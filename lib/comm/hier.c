@@ -29,6 +29,8 @@
 struct dt_comm_hier {
     dt_comm_local *local;
     int G;
+    void (*on_abort)(void *arg); /* dt_comm_hier_on_abort's, or NULL */
+    void *on_abort_arg;
     dt_comm *ring[DT_COMM_LOCAL_MAX]; /* by local replica index; NULL when there is one host */
 };
 
@@ -205,8 +207,16 @@ dt_comm *dt_comm_hier_ring(dt_comm_hier *h, int j)
     return j >= 0 && j < h->G ? h->ring[j] : NULL;
 }
 
+void dt_comm_hier_on_abort(dt_comm_hier *h, void (*fn)(void *arg), void *arg)
+{
+    h->on_abort = fn;
+    h->on_abort_arg = arg;
+}
+
 void dt_comm_hier_abort(dt_comm_hier *h, const char *why)
 {
+    if (h->on_abort)
+        h->on_abort(h->on_abort_arg);
     dt_comm_local_abort(h->local, why);
     for (int j = 0; j < h->G; j++)
         if (h->ring[j])

@@ -177,3 +177,65 @@ dt_status dt_nn_gpu_sync(dt_err *err)
         return dt_err_set(err, DT_EIO, "GPU: %s", msg);
     return DT_OK;
 }
+
+struct dt_nn_gpu_clique {
+    const dt_nn_cuda_api *api;
+    void *h;
+    int devs[64];
+};
+
+dt_status dt_nn_gpu_clique_new(int n, const int *devs, dt_nn_gpu_clique **out, dt_err *err)
+{
+    const dt_nn_cuda_api *api;
+    *out = NULL;
+    DT_TRY(dt_nn_gpu_load(&api, err));
+    if (!api->clique_new)
+        return dt_err_set(err, DT_ENOTSUP, "the CUDA backend has no NCCL");
+    if (n < 1 || n > 64)
+        return dt_err_set(err, DT_EINVAL, "NCCL: %d GPUs (1..64)", n);
+    dt_nn_gpu_clique *c = calloc(1, sizeof *c);
+    if (!c)
+        return dt_err_set(err, DT_ENOMEM, "out of memory");
+    c->api = api;
+    memcpy(c->devs, devs, (size_t)n * sizeof *devs);
+    char msg[512] = "";
+    if (api->clique_new(n, devs, &c->h, msg, sizeof msg) != 0) {
+        free(c);
+        /* "no NCCL" is a backend without it: the caller falls back to the host's comm */
+        return dt_err_set(err, strstr(msg, "no NCCL") ? DT_ENOTSUP : DT_EIO, "NCCL: %s", msg);
+    }
+    *out = c;
+    return DT_OK;
+}
+
+dt_status dt_nn_gpu_clique_allreduce(dt_nn_gpu_clique *c, int m, float *buf, size_t count,
+                                     dt_err *err)
+{
+    char msg[512] = "";
+    if (c->api->clique_allreduce(c->h, m, buf, count, msg, sizeof msg) != 0)
+        return dt_err_set(err, DT_EPEER, "NCCL all-reduce on /gpu:%d: %s", c->devs[m], msg);
+    return DT_OK;
+}
+
+dt_status dt_nn_gpu_clique_broadcast(dt_nn_gpu_clique *c, int m, void *buf, size_t bytes, int root,
+                                     dt_err *err)
+{
+    char msg[512] = "";
+    if (c->api->clique_broadcast(c->h, m, buf, bytes, root, msg, sizeof msg) != 0)
+        return dt_err_set(err, DT_EPEER, "NCCL broadcast on /gpu:%d: %s", c->devs[m], msg);
+    return DT_OK;
+}
+
+void dt_nn_gpu_clique_abort(dt_nn_gpu_clique *c)
+{
+    if (c)
+        c->api->clique_abort(c->h);
+}
+
+void dt_nn_gpu_clique_free(dt_nn_gpu_clique *c)
+{
+    if (!c)
+        return;
+    c->api->clique_free(c->h);
+    free(c);
+}

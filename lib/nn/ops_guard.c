@@ -9,10 +9,10 @@
  * is due). Allocation is a bump pointer over fresh pages (zeroed, as the contract wants); freed
  * memory is not reused, which tests of a few thousand steps afford.
  *
- * Built with DT_NN_GUARD_FAKE_GPU (the Makefile's FAKEGPU_LIB), the same file is a stand-in CUDA backend,
- * libdtrain-fakegpu.so, with DTRAIN_FAKE_GPUS devices (default 2): each device allocates in its
- * own slice of the arena, a thread's kernels run on the device it bound (none until it binds),
- * and a buffer of another device handed to them aborts, naming both. Loaded through
+ * Built with DT_NN_GUARD_FAKE_GPU (the Makefile's FAKEGPU_LIB), the same file is a stand-in CUDA
+ * backend, libdtrain-fakegpu.so, with DTRAIN_FAKE_GPUS devices (default 2): each device allocates
+ * in its own slice of the arena, a thread's kernels run on the device it bound (none until it
+ * binds), and a buffer of another device handed to them aborts, naming both. Loaded through
  * DTRAIN_CUDA_LIB, it lets the CPU-only tests drive the GPU replicas' code: which thread binds
  * where, which device each replica's memory lives on.
  */
@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SLICE_BYTES ((size_t)4 << 30) /* a device's share: reserved, not committed */
@@ -605,12 +606,6 @@ const dt_nn_ops *dt_nn_ops_guard(void)
     return &guard_ops;
 }
 
-const dt_nn_ops *dt__nn_ops_default(void)
-{
-    const char *e = getenv("DTRAIN_OPS_GUARD");
-    return e && *e && strcmp(e, "0") != 0 ? dt_nn_ops_guard() : dt_nn_ops_cpu();
-}
-
 #ifdef DT_NN_GUARD_FAKE_GPU
 #include "nn/cuda/api.h"
 
@@ -662,6 +657,137 @@ __attribute__((visibility("default"))) int dt_nn_fake_gpu_binds(int dev)
     return dev >= 0 && dev < MAX_DEV ? atomic_load(&binds[dev]) : -1;
 }
 
+/* The clique (NCCL's stand-in): members meet at a barrier with a deadline; each sums every
+ * member's buffer in member order, so all end with the same bits, as NCCL's ring does. */
+typedef struct fclique {
+    int n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived;
+    unsigned gen;
+    bool aborted;
+    void *bufs[MAX_DEV];
+} fclique;
+
+static int f_clique_new(int n, const int *devs, void **out, char *msg, size_t len)
+{
+    for (int i = 0; i < n; i++)
+        if (devs[i] < 0 || devs[i] >= f_count(NULL, 0)) {
+            snprintf(msg, len, "no fake GPU %d", devs[i]);
+            return -1;
+        }
+    fclique *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(msg, len, "out of memory");
+        return -1;
+    }
+    c->n = n;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    *out = c;
+    return 0;
+}
+
+/* 0 once every member arrived; -1 when aborted or after 60 s (then aborted for all). */
+static int f_barrier(fclique *c)
+{
+    pthread_mutex_lock(&c->mu);
+    unsigned gen = c->gen;
+    if (++c->arrived == c->n) {
+        c->arrived = 0;
+        c->gen++;
+        pthread_cond_broadcast(&c->cv);
+    } else {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 60;
+        while (gen == c->gen && !c->aborted)
+            if (pthread_cond_timedwait(&c->cv, &c->mu, &dl) != 0) {
+                c->aborted = true;
+                pthread_cond_broadcast(&c->cv);
+            }
+    }
+    int rc = c->aborted ? -1 : 0;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static _Atomic long clique_calls; /* all-reduces, every member's */
+
+__attribute__((visibility("default"))) long dt_nn_fake_gpu_clique_calls(void)
+{
+    return atomic_load(&clique_calls);
+}
+
+static int f_clique_allreduce(void *cv, int m, float *buf, size_t count, char *msg, size_t len)
+{
+    fclique *c = cv;
+    atomic_fetch_add(&clique_calls, 1);
+    if (in_arena(buf))
+        check(__func__, "buf", buf, false);
+    c->bufs[m] = buf;
+    float *sum = malloc((count ? count : 1) * sizeof *sum);
+    int rc = sum ? f_barrier(c) : -1;
+    open_arena();
+    for (size_t i = 0; rc == 0 && i < count; i++) {
+        float v = ((float *)c->bufs[0])[i];
+        for (int k = 1; k < c->n; k++)
+            v += ((float *)c->bufs[k])[i];
+        sum[i] = v;
+    }
+    close_arena();
+    if (rc == 0)
+        rc = f_barrier(c); /* every member has read every buffer */
+    if (rc == 0) {
+        open_arena();
+        memcpy(buf, sum, count * sizeof *sum);
+        close_arena();
+    }
+    free(sum);
+    if (rc != 0)
+        snprintf(msg, len, "the fake clique was aborted");
+    return rc;
+}
+
+static int f_clique_broadcast(void *cv, int m, void *buf, size_t bytes, int root, char *msg,
+                              size_t len)
+{
+    fclique *c = cv;
+    if (in_arena(buf))
+        check(__func__, "buf", buf, false);
+    c->bufs[m] = buf;
+    int rc = f_barrier(c);
+    if (rc == 0 && m != root) {
+        open_arena();
+        memcpy(buf, c->bufs[root], bytes);
+        close_arena();
+    }
+    if (rc == 0)
+        rc = f_barrier(c);
+    if (rc != 0)
+        snprintf(msg, len, "the fake clique was aborted");
+    return rc;
+}
+
+static void f_clique_abort(void *cv)
+{
+    fclique *c = cv;
+    pthread_mutex_lock(&c->mu);
+    c->aborted = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void f_clique_free(void *cv)
+{
+    fclique *c = cv;
+    if (!c)
+        return;
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
+
 static const char *const none[] = {NULL};
 static const dt_nn_cuda_api fake_api = {
     .abi = DT_NN_CUDA_ABI,
@@ -672,6 +798,11 @@ static const dt_nn_cuda_api fake_api = {
     .sync = g_sync,
     .ops = &guard_ops,
     .missing = none,
+    .clique_new = f_clique_new,
+    .clique_allreduce = f_clique_allreduce,
+    .clique_broadcast = f_clique_broadcast,
+    .clique_abort = f_clique_abort,
+    .clique_free = f_clique_free,
 };
 
 __attribute__((visibility("default"))) const dt_nn_cuda_api *dt_nn_cuda_api_v1(void)

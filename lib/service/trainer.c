@@ -418,10 +418,38 @@ typedef struct replica {
     int member, G;
     dt_trainer *tr;
     hier_ctx hc;
+    dt_nn_gpu_clique *clique; /* GPU replicas of a one-task job: NCCL; else NULL */
     dt_train_result res;
     dt_status st;
     dt_err err;
 } replica;
+
+/* The GPUs of a one-task job all-reduce with NCCL, on the model's device memory; the
+ * hierarchical comm stays open beside it for the job's abort (its hook aborts the clique). */
+static dt_status clique_allreduce_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+{
+    replica *r = ctx;
+    DT_TRY(dt_nn_gpu_clique_allreduce(r->clique, r->member, buf, n, err));
+    *req = r; /* queued on the replica's stream: what follows on it sees the sum */
+    return DT_OK;
+}
+
+static dt_status clique_wait(void *ctx, void *req, dt_err *err)
+{
+    (void)ctx, (void)req, (void)err;
+    return DT_OK;
+}
+
+static dt_status clique_broadcast(void *ctx, void *buf, size_t bytes, int root, dt_err *err)
+{
+    replica *r = ctx;
+    return dt_nn_gpu_clique_broadcast(r->clique, r->member, buf, bytes, root, err);
+}
+
+static void clique_abort(void *arg)
+{
+    dt_nn_gpu_clique_abort(arg);
+}
 
 /* fit for one replica (its own thread, or the task's for replica 0). */
 static void *replica_fit(void *arg)
@@ -442,6 +470,14 @@ static void *replica_fit(void *arg)
                           .wait = hier_wait,
                           .broadcast = hier_broadcast,
                           .busy = hier_busy};
+    if (r->clique)
+        comm = (dt_train_comm){.ctx = r,
+                               .rank = r->member,
+                               .world = r->G,
+                               .allreduce_start = clique_allreduce_start,
+                               .wait = clique_wait,
+                               .broadcast = clique_broadcast,
+                               .device_buffers = true};
     r->st = dt_train_fit(r->tr, &comm, &r->res, &r->err);
     /* Siblings blocked in an in-host collective and the other tasks' rings learn the cause
      * now rather than at a deadline (a cancel stops every replica after the same step). */
@@ -576,9 +612,26 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
         st = device_bind(spec, 0, &ops0, &err);
     if (st == DT_OK)
         st = hier_open(t, spec, &local, &hier, &err);
+    dt_nn_gpu_clique *clique = NULL;
+    if (st == DT_OK && spec->gpu && t->world == 1) {
+        st = dt_nn_gpu_clique_new(G, spec->devices, &clique, &err);
+        if (st == DT_ENOTSUP) { /* a backend without NCCL: the host's comm, through host memory */
+            DT_WARN("jobs", "%s; the GPUs all-reduce through host memory", err.msg);
+            st = DT_OK;
+        } else if (st == DT_OK) {
+            dt_comm_hier_on_abort(hier, clique_abort, clique);
+            for (int m = 0; m < G; m++)
+                reps[m].clique = clique;
+        }
+        /* NCCL's setup may leave another device current: replica 0's thread binds again */
+        const dt_nn_ops *again;
+        if (st == DT_OK)
+            st = device_bind(spec, 0, &again, &err);
+    }
     if (st == DT_OK)
-        DT_INFO("jobs", "rank %d trains %d %s replicas (global ranks %d..%d of %d)", t->rank, G,
-                spec->gpu ? "GPU" : "CPU", t->rank * G, t->rank * G + G - 1, t->world * G);
+        DT_INFO("jobs", "rank %d trains %d %s replicas (global ranks %d..%d of %d)%s", t->rank, G,
+                spec->gpu ? "GPU" : "CPU", t->rank * G, t->rank * G + G - 1, t->world * G,
+                clique ? ", all-reduced with NCCL" : "");
     char hash[32] = "";
     if (st == DT_OK) {
         if (t->rank == 0) {
@@ -640,6 +693,7 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
     }
     dt_comm_hier_free(hier);
     dt_comm_local_free(local);
+    dt_nn_gpu_clique_free(clique);
     for (int m = 0; reps && m < G; m++) {
         const dt_nn_ops *ops;
         dt_err berr = {0};

@@ -1349,6 +1349,11 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
                           "$.strategy.compression: \"%s\": this comm carries float32 only; "
                           "use \"none\"",
                           dt_jobspec_compression_name(t->spec->compression));
+    if (comm->device_buffers) { /* the comm reads the device's memory itself (NCCL) */
+        free(t->hg);
+        free(t->bcast);
+        t->hg = t->bcast = NULL;
+    }
     if (t->opts.pulse) {
         dt_model_set_beat(t->m, &t->opts.pulse->beat_ms);
         pulse(t, DT_TRAIN_WORK);

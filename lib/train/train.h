@@ -106,6 +106,10 @@ typedef struct dt_train_comm {
      * its host ring busy (several replicas a process: lib/comm's hierarchical all-reduce). fit
      * reads it at each step's start and end and logs the per-step means with the step phases. */
     void (*busy)(void *ctx, double *in_host_s, double *ring_s);
+    /* true: allreduce_start and broadcast take the model's own memory, device memory on a GPU
+     * (NCCL), as well as host memory; fit then hands its buffers over as they are. false: host
+     * memory only, so a device backend's gradients cross through host mirrors. */
+    bool device_buffers;
 } dt_train_comm;
 
 /* A comm for a single process (world 1): all-reduce and broadcast do nothing. */

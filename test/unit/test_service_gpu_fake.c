@@ -3,7 +3,9 @@
  * the real one is) aborts when a kernel gets memory of another device than its thread's or runs
  * on a thread bound to none, and faults on host access to device memory. A job on
  * ["/gpu:0", "/gpu:1"] must bind each replica's thread to its device, keep each model on it, and
- * end with the bits of the same job on ["/cpu:0", "/cpu:1"]; one on "/gpu:1" alone runs there. */
+ * end with the bits of the same job on ["/cpu:0", "/cpu:1"], all-reducing through the clique
+ * (NCCL's stand-in: the gradient buckets in device memory); one on "/gpu:1" alone runs there. */
+#include "core/clock.h"
 #include "nn/gpu.h"
 #include "service/service_internal.h"
 #include "test_train_util.h"
@@ -81,6 +83,7 @@ static run_out run_job(const char *devices, const char *job)
 
 /* Points DTRAIN_CUDA_LIB at the stand-in next to this runner; its bind counter. */
 static int (*fake_binds)(int dev);
+static long (*fake_clique_calls)(void);
 static void use_fake(void)
 {
     char exe[PATH_MAX], lib[PATH_MAX + 32];
@@ -98,6 +101,8 @@ static void use_fake(void)
     ASSERT_TRUE(h != NULL);
     *(void **)&fake_binds = dlsym(h, "dt_nn_fake_gpu_binds");
     ASSERT_TRUE(fake_binds != NULL);
+    *(void **)&fake_clique_calls = dlsym(h, "dt_nn_fake_gpu_clique_calls");
+    ASSERT_TRUE(fake_clique_calls != NULL);
 }
 
 DT_TEST_TIMEOUT(service_gpu_replicas_on_fake_devices, 120)
@@ -107,12 +112,15 @@ DT_TEST_TIMEOUT(service_gpu_replicas_on_fake_devices, 120)
     run_out cpu = run_job("[\"/cpu:0\", \"/cpu:1\"]", "cpu");
     ASSERT_EQ(cpu.st, DT_OK);
     ASSERT_EQ(fake_binds(0) + fake_binds(1), 0); /* CPU replicas never touch the backend */
+    ASSERT_EQ(fake_clique_calls(), 0);
 
     run_out gpu = run_job("[\"/gpu:0\", \"/gpu:1\"]", "gpu");
     if (gpu.st != DT_OK)
         fprintf(stderr, "%s\n", gpu.error);
     ASSERT_EQ(gpu.st, DT_OK);
     ASSERT_STREQ(gpu.hash, cpu.hash);
+    /* one host: the GPUs all-reduce with the clique (NCCL's place), on device memory */
+    ASSERT_GT(fake_clique_calls(), 0);
     /* each device: its model built, its replica's thread, its memory freed */
     ASSERT_GE(fake_binds(0), 2);
     ASSERT_GE(fake_binds(1), 2);
@@ -157,4 +165,19 @@ DT_TEST(service_gpu_fake_catches_cross_device)
     int st = 0;
     ASSERT_EQ(waitpid(pid, &st, 0), pid);
     ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+}
+
+/* A replica whose GPU fails mid-job (an injected kernel error at its step's sync) stops its
+ * siblings at once: the job's comm abort reaches the clique, so the other replica is not left
+ * waiting in an all-reduce (NCCL's would wait on the GPU for ever). The job fails naming it. */
+DT_TEST_TIMEOUT(service_gpu_replica_failure_aborts_the_clique, 60)
+{
+    tt_setup(193, 50);
+    use_fake();
+    setenv("DTRAIN_OPS_GUARD_SYNC_FAIL", "5", 1);
+    int64_t t0 = dt_now_ms();
+    run_out r = run_job("[\"/gpu:0\", \"/gpu:1\"]", "fail");
+    ASSERT_EQ(r.st, DT_EIO);
+    ASSERT_CONTAINS(r.error, "an injected kernel error at sync 5");
+    ASSERT_LT(dt_now_ms() - t0, 20000); /* not the clique's 60 s deadline */
 }
