@@ -83,6 +83,15 @@ CUDA_ARCH  ?= -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS  ?= -O2 -g
 NVCCFLAGS  += -std=c++17 $(CUDA_ARCH) -Ilib -Werror all-warnings \
               -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fvisibility=hidden
+# NCCL (lib/nn/cuda/nccl.cu): the toolkit's copy in $(CUDA_HOME), or NCCL_HOME's include/ and
+# lib/ when set (a separate install, or a wheel's site-packages/nvidia/nccl, which has only the
+# versioned libnccl.so.2: hence -l:libnccl.so.2). At run time
+# libnccl.so.2 comes from the rpath or LD_LIBRARY_PATH (scripts/gpu/run.sh puts the wheel's there).
+NCCL_HOME  ?=
+ifneq ($(NCCL_HOME),)
+  NVCCFLAGS    += -I$(NCCL_HOME)/include
+  NCCL_LDFLAGS := -L$(NCCL_HOME)/lib -Xlinker -rpath=$(NCCL_HOME)/lib
+endif
 ifeq ($(HAVE_CUDA),1)
 all: $(CUDA_LIB)
 endif
@@ -95,7 +104,7 @@ $(BUILD)/obj/%.o: %.cu lib/nn/cuda/internal.cuh lib/nn/cuda/api.h lib/nn/ops.h
 $(CUDA_LIB): $(CUDA_OBJ)
 	@mkdir -p $(BIN)
 	@echo "  LD      $@"
-	$(Q)$(NVCC) $(CUDA_ARCH) -shared -o $@ $^ -cudart static -lcublas \
+	$(Q)$(NVCC) $(CUDA_ARCH) -shared -o $@ $^ -cudart static $(NCCL_LDFLAGS) -lcublas -Xlinker -l:libnccl.so.2 \
 	  -Xlinker -rpath=$(CUDA_HOME)/lib64 -Xlinker --no-undefined
 
 .PHONY: all deps deps-check test test-faults asan demo demo-text bench format clean features
