@@ -548,4 +548,12 @@ DT_TEST(gpu_nccl_new_says_why)
     ASSERT_CONTAINS(msg, "none");
     api->clique_abort(NULL);
     api->clique_free(NULL);
+    /* and through libdtrain's wrapper, which the trainer calls: an I/O error naming NCCL and
+     * the device, not "unsupported" (that one means a backend without NCCL) */
+    dt_nn_gpu_clique *wc = NULL;
+    dt_err err = {0};
+    ASSERT_EQ(dt_nn_gpu_clique_new(2, devs, &wc, &err), DT_EIO);
+    ASSERT_TRUE(wc == NULL);
+    ASSERT_CONTAINS(err.msg, "NCCL: /gpu:0");
+    dt_nn_gpu_clique_free(NULL);
 }
