@@ -212,8 +212,9 @@ dt_status dt_nn_gpu_clique_allreduce(dt_nn_gpu_clique *c, int m, float *buf, siz
                                      dt_err *err)
 {
     char msg[512] = "";
-    if (c->api->clique_allreduce(c->h, m, buf, count, msg, sizeof msg) != 0)
-        return dt_err_set(err, DT_EPEER, "NCCL all-reduce on /gpu:%d: %s", c->devs[m], msg);
+    int rc = c->api->clique_allreduce(c->h, m, buf, count, msg, sizeof msg);
+    if (rc != 0) /* -2: aborted for a sibling's failure, which is the one to report */
+        return dt_err_set(err, rc == -2 ? DT_ECANCELED : DT_EPEER, "NCCL all-reduce: %s", msg);
     return DT_OK;
 }
 
@@ -221,8 +222,9 @@ dt_status dt_nn_gpu_clique_broadcast(dt_nn_gpu_clique *c, int m, void *buf, size
                                      dt_err *err)
 {
     char msg[512] = "";
-    if (c->api->clique_broadcast(c->h, m, buf, bytes, root, msg, sizeof msg) != 0)
-        return dt_err_set(err, DT_EPEER, "NCCL broadcast on /gpu:%d: %s", c->devs[m], msg);
+    int rc = c->api->clique_broadcast(c->h, m, buf, bytes, root, msg, sizeof msg);
+    if (rc != 0)
+        return dt_err_set(err, rc == -2 ? DT_ECANCELED : DT_EPEER, "NCCL broadcast: %s", msg);
     return DT_OK;
 }
 

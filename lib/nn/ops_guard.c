@@ -744,8 +744,10 @@ static int f_clique_allreduce(void *cv, int m, float *buf, size_t count, char *m
         close_arena();
     }
     free(sum);
-    if (rc != 0)
+    if (rc != 0) {
         snprintf(msg, len, "the fake clique was aborted");
+        rc = -2; /* as NCCL's: an echo of the cause */
+    }
     return rc;
 }
 
@@ -764,8 +766,10 @@ static int f_clique_broadcast(void *cv, int m, void *buf, size_t bytes, int root
     }
     if (rc == 0)
         rc = f_barrier(c);
-    if (rc != 0)
+    if (rc != 0) {
         snprintf(msg, len, "the fake clique was aborted");
+        rc = -2; /* as NCCL's: an echo of the cause */
+    }
     return rc;
 }
 

@@ -58,7 +58,8 @@ typedef struct dt_nn_cuda_api {
     const char *const *missing;
 
     /* NCCL among one process's GPUs, one replica each (MirroredStrategy on one host).
-     * clique_new: one communicator per device of devs[0..n) (ncclCommInitAll), made once per job
+     * clique_new: one communicator per device of devs[0..n) (ncclCommInitAll's recipe, non-blocking
+     * communicators so that abort can end a member stuck while connecting), made once per job
      * by one thread before the replicas start; 0, or -1 with a message.
      * clique_allreduce: member m's part of an in-place SUM all-reduce of count floats, issued on
      * the calling thread's stream (the thread is bound to devs[m]); every member calls it with the
@@ -68,6 +69,8 @@ typedef struct dt_nn_cuda_api {
      * bits. clique_broadcast: likewise, bytes from member root.
      * clique_abort: makes every member's pending and later calls fail (ncclCommAbort), so a
      * replica that failed or hung cannot leave its siblings waiting on the GPU. Thread-safe.
+     * A call that fails because the clique was aborted returns -2 (an echo of the cause, which
+     * the caller reports instead), other failures -1.
      * clique_free: after every member returned. */
     int (*clique_new)(int n, const int *devs, void **out, char *msg, size_t len);
     int (*clique_allreduce)(void *c, int m, float *buf, size_t count, char *msg, size_t len);

@@ -120,7 +120,8 @@ static void leave(clique *c)
 static int aborted_err(clique *c, int m, char *msg, size_t len)
 {
     std::lock_guard<std::mutex> g(c->mu);
-    return say(msg, len, "/gpu:%d: the NCCL clique was aborted (%s)", c->m[m].dev, c->why);
+    say(msg, len, "/gpu:%d: the NCCL clique was aborted (%s)", c->m[m].dev, c->why);
+    return -2; /* an echo of what aborted it, not a failure of this member */
 }
 
 /* Aborts every communicator (NCCL's teardown switches devices: the current one is kept). */
@@ -389,8 +390,10 @@ static int collective(clique *c, int m, coll k, void *buf, size_t count, size_t 
         return -1;
     {
         std::lock_guard<std::mutex> g(c->mu);
-        if (c->aborted)
-            return say(msg, len, "/gpu:%d: the NCCL clique was aborted (%s)", c->m[m].dev, c->why);
+        if (c->aborted) {
+            say(msg, len, "/gpu:%d: the NCCL clique was aborted (%s)", c->m[m].dev, c->why);
+            return -2;
+        }
     }
     if (k == COLL_BROADCAST && (root < 0 || root >= c->n))
         return say(msg, len, "/gpu:%d: NCCL broadcast from member %d of %d", c->m[m].dev, root,
@@ -424,8 +427,10 @@ static int collective(clique *c, int m, coll k, void *buf, size_t count, size_t 
     if (rc == 0) {
         /* A kernel whose peer never came ends on abort without an error: its result is void. */
         std::lock_guard<std::mutex> g(c->mu);
-        if (c->aborted)
-            rc = say(msg, len, "/gpu:%d: the NCCL clique was aborted (%s)", dev, c->why);
+        if (c->aborted) {
+            say(msg, len, "/gpu:%d: the NCCL clique was aborted (%s)", dev, c->why);
+            rc = -2;
+        }
     }
     return rc;
 }
