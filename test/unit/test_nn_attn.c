@@ -307,7 +307,9 @@ static double parity(const char *json, bool causal, bool embed)
         cJSON *shape = cJSON_AddArrayToObject(e, "shape");
         for (int j = 0; j < w->ndim; j++)
             cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)w->shape[j]));
-        cJSON_AddItemToObject(e, "data", floats(w->data, w->size));
+        float *h = nn_wdata_host(m, w);
+        cJSON_AddItemToObject(e, "data", floats(h, w->size));
+        free(h);
     }
     ASSERT_OK(dt_model_train_step(m, &sce_logits, &b, n, &s, &err), &err);
     char in[1024], out[1024], cmd[4096];
@@ -339,12 +341,14 @@ static double parity(const char *json, bool causal, bool embed)
         double md = 0, mb = 1e-3;
         size_t j = 0;
         cJSON *e;
+        float *wg = nn_wgrad_host(m, w);
         cJSON_ArrayForEach(e, g)
         {
-            md = fmax(md, fabs(w->grad[j] - e->valuedouble));
+            md = fmax(md, fabs(wg[j] - e->valuedouble));
             mb = fmax(mb, fabs(e->valuedouble));
             j++;
         }
+        free(wg);
         printf("  %-28s max |grad - torch| / max |torch| = %.2e\n", w->name, md / mb);
         worst = fmax(worst, md / mb);
     }

@@ -288,8 +288,7 @@ static void torch_parity(const model_case *cases, size_t nc, const char *what)
         for (int j = 0; j < 3; j++) {
             const dt_model_weight *mw = dt_model_find_weight(ms[i], ws[j]);
             ASSERT_TRUE(ref + mw->size <= end);
-            float *g = malloc(mw->size * sizeof(float));
-            memcpy(g, dt_model_grads(ms[i], NULL) + mw->offset, mw->size * sizeof(float));
+            float *g = nn_wgrad_host(ms[i], mw);
             e[2 + j] = max_rel(g, ref, mw->size);
             ref += mw->size;
             free(g);

@@ -17,8 +17,7 @@ static void on_ready(void *ctx, size_t offset)
     const float *g = dt_model_grads(r->m, &np);
     ASSERT_LT(offset, np);
     r->offsets[r->calls] = offset;
-    r->snap[r->calls] = malloc(sizeof(float) * (np - offset));
-    memcpy(r->snap[r->calls], g + offset, sizeof(float) * (np - offset));
+    r->snap[r->calls] = nn_dev_get(r->m, g + offset, np - offset);
     r->calls++;
 }
 
@@ -47,7 +46,7 @@ static void check_hook(const char *json, const char *path)
         ASSERT_OK(dt_model_train_step(m, &loss, &b, 4, NULL, &err), &err);
         ASSERT_GT(r.calls, 1);
         ASSERT_EQ(r.offsets[r.calls - 1], 0);
-        const float *g = dt_model_grads(m, NULL);
+        float *g = nn_grads_host(m, NULL);
         for (int k = 0; k < r.calls; k++) {
             if (k > 0)
                 ASSERT_LT(r.offsets[k], r.offsets[k - 1]);
@@ -55,6 +54,7 @@ static void check_hook(const char *json, const char *path)
             ASSERT_EQ(memcmp(r.snap[k], g + o, sizeof(float) * (np - o)), 0);
             free(r.snap[k]);
         }
+        free(g);
         /* Each call covers whole weights: its offset starts a trainable weight. */
         for (int k = 0; k < r.calls; k++) {
             bool starts = false;

@@ -35,8 +35,11 @@ static void conv_case(int H, int W, int C, int F, int kh, int kw, int sh, int sw
     dt_model *m = nn_build(nn_seq(shape, layer, NULL), 1);
     const dt_model_weight *k = dt_model_find_weight(m, "c/kernel");
     const dt_model_weight *b = dt_model_find_weight(m, "c/bias");
-    randn(k->data, k->size, 2);
-    randn(b->data, b->size, 3);
+    float *hk = malloc(sizeof(float) * k->size), *hb = malloc(sizeof(float) * b->size);
+    randn(hk, k->size, 2);
+    randn(hb, b->size, 3);
+    nn_weight_set(m, k->name, hk);
+    nn_weight_set(m, b->name, hb);
     int N = 2, pt, pl, OH = ref_out(H, kh, sh, same, &pt), OW = ref_out(W, kw, sw, same, &pl);
     ASSERT_EQ(dt_model_output_size(m), (size_t)OH * OW * F);
     float *x = malloc(sizeof(float) * N * H * W * C), *y = malloc(sizeof(float) * N * OH * OW * F);
@@ -48,7 +51,7 @@ static void conv_case(int H, int W, int C, int F, int kh, int kw, int sh, int sw
         for (int oy = 0; oy < OH; oy++)
             for (int ox = 0; ox < OW; ox++)
                 for (int f = 0; f < F; f++) {
-                    double s = b->data[f];
+                    double s = hb[f];
                     for (int ky = 0; ky < kh; ky++)
                         for (int kx = 0; kx < kw; kx++)
                             for (int c = 0; c < C; c++) {
@@ -56,7 +59,7 @@ static void conv_case(int H, int W, int C, int F, int kh, int kw, int sh, int sw
                                 if (iy < 0 || iy >= H || ix < 0 || ix >= W)
                                     continue;
                                 s += (double)x[((n * H + iy) * W + ix) * C + c] *
-                                     k->data[((ky * kw + kx) * C + c) * F + f];
+                                     hk[((ky * kw + kx) * C + c) * F + f];
                             }
                     double d = fabs(s - y[((n * OH + oy) * OW + ox) * F + f]);
                     maxdiff = d > maxdiff ? d : maxdiff;
@@ -66,6 +69,8 @@ static void conv_case(int H, int W, int C, int F, int kh, int kw, int sh, int sw
     ASSERT_TRUE(maxdiff < 1e-4);
     free(x);
     free(y);
+    free(hk);
+    free(hb);
     dt_model_free(m);
 }
 
@@ -233,13 +238,13 @@ static void optim_case(const char *spec, int steps)
     cJSON_Delete(j);
     dt_optim *o;
     ASSERT_OK(dt_optim_new(&cfg, m, &o, &err), &err);
-    float *w = dt_model_params(m, NULL), *g = dt_model_grads(m, NULL);
-    w[0] = 0.5f;
+    nn_param_set(m, 0, 0.5f);
     double rw = 0.5, rm = 0, rv = 0, ra = 0;
     double lr = cfg.learning_rate;
     for (int t = 1; t <= steps; t++) {
         double gr = 0.3 * t - 0.7;
-        g[0] = (float)gr;
+        float gf = (float)gr;
+        nn_dev_set(m, dt_model_grads(m, NULL), &gf, 1);
         ASSERT_OK(dt_optim_step(o, &err), &err);
         rw -= rw * cfg.weight_decay * lr;
         switch (cfg.kind) {
@@ -274,7 +279,7 @@ static void optim_case(const char *spec, int steps)
         default: /* the other optimizers: test_nn_optim.c */
             break;
         }
-        ASSERT_NEAR(w[0], rw, 1e-6);
+        ASSERT_NEAR(nn_param_get(m, 0), rw, 1e-6);
     }
     ASSERT_EQ(dt_optim_iterations(o), steps);
     dt_optim_free(o);

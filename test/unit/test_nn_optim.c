@@ -171,7 +171,7 @@ static double optim_vs_ref(const char *spec, double gscale)
                                   NULL),
                            7);
     size_t n;
-    float *w = dt_model_params(m, &n), *g = dt_model_grads(m, NULL);
+    float *dw = dt_model_params(m, &n), *dg = dt_model_grads(m, NULL), w[NP], g[NP];
     ASSERT_EQ(n, NP);
     size_t off[2], len[2], nseg = 0;
     for (size_t i = 0; i < dt_model_weight_count(m); i++) {
@@ -196,6 +196,7 @@ static double optim_vs_ref(const char *spec, double gscale)
         if (cfg.kind == DT_OPTIM_ADAGRAD || cfg.kind == DT_OPTIM_FTRL)
             r.a[i] = (float)cfg.initial_accumulator_value;
     }
+    nn_dev_set(m, dw, w, NP);
     double worst = 0;
     for (int t = 0; t < STEPS; t++) {
         double gd[NP];
@@ -203,7 +204,9 @@ static double optim_vs_ref(const char *spec, double gscale)
             g[i] = (float)gval(i, t, gscale);
             gd[i] = g[i];
         }
+        nn_dev_set(m, dg, g, NP);
         ASSERT_OK(dt_optim_step(o, &err), &err);
+        dt_model_ops(m)->download(w, dw, sizeof w);
         ref_step(&cfg, &r, gd, off, len, nseg);
         for (int i = 0; i < NP; i++) {
             double e = rel_err(w[i], r.w[i]);
@@ -219,14 +222,16 @@ static double optim_vs_ref(const char *spec, double gscale)
             const char *name;
             float *s = dt_optim_slot(o, k, &name);
             if (!strcmp(name, "average"))
-                avg = s;
+                avg = nn_dev_get(m, s, NP);
         }
         ASSERT_TRUE(avg != NULL);
         for (int i = 0; i < NP; i++)
             worst = fmax(worst, rel_err(avg[i], r.avg[i]));
         dt_optim_finalize(o);
+        dt_model_ops(m)->download(w, dw, sizeof w);
         for (int i = 0; i < NP; i++)
             ASSERT_TRUE(w[i] == avg[i]);
+        free(avg);
     }
     ASSERT_TRUE(worst <= REL_OK);
     ASSERT_EQ(dt_optim_iterations(o), STEPS);
@@ -323,7 +328,7 @@ DT_TEST(nn_optim_clipping_changes_the_update)
                                   "\"units\": 2}}",
                                   NULL),
                            7);
-    float *w = dt_model_params(m, NULL), *g = dt_model_grads(m, NULL);
+    float *dw = dt_model_params(m, NULL), *dg = dt_model_grads(m, NULL), w[NP], g[NP];
     const char *specs[] = {
         "{\"class_name\": \"SGD\", \"config\": {\"learning_rate\": 1.0}}",
         "{\"class_name\": \"SGD\", \"config\": {\"learning_rate\": 1.0, \"clipnorm\": 0.5}}",
@@ -344,7 +349,10 @@ DT_TEST(nn_optim_clipping_changes_the_update)
             w[i] = 0;
             g[i] = (float)(i + 1);
         }
+        nn_dev_set(m, dw, w, NP);
+        nn_dev_set(m, dg, g, NP);
         ASSERT_OK(dt_optim_step(o, &err), &err);
+        dt_model_ops(m)->download(w, dw, sizeof w);
         norm2[k] = 0;
         for (int i = 0; i < NP; i++) {
             norm2[k] += (double)w[i] * w[i];
@@ -500,14 +508,14 @@ DT_TEST(nn_optim_schedule_drives_the_rate)
     ASSERT_NEAR(cfg.learning_rate, 0.5, 0);
     dt_optim *o;
     ASSERT_OK(dt_optim_new(&cfg, m, &o, &err), &err);
-    float *w = dt_model_params(m, NULL), *g = dt_model_grads(m, NULL);
     const double want[] = {0.5, 0.5, 0.5, 0.25, 0.25, 0.125, 0.125};
     for (int t = 0; t < 7; t++) {
         ASSERT_NEAR(dt_optim_learning_rate(o), want[t], 0);
-        w[0] = 0;
-        g[0] = 1;
+        float zero = 0, one = 1;
+        nn_dev_set(m, dt_model_params(m, NULL), &zero, 1);
+        nn_dev_set(m, dt_model_grads(m, NULL), &one, 1);
         ASSERT_OK(dt_optim_step(o, &err), &err);
-        ASSERT_NEAR(w[0], -want[t], 0);
+        ASSERT_NEAR(nn_param_get(m, 0), -want[t], 0);
         ASSERT_NEAR(dt_optim_learning_rate_at(o, dt_optim_iterations(o) - 1), want[t], 0);
     }
     dt_optim_set_iterations(o, 3);
@@ -829,7 +837,7 @@ DT_TEST_TIMEOUT(nn_optim_torch_parity, 120)
                                       "\"units\": 2}}",
                                       NULL),
                                7);
-        float *w = dt_model_params(m, NULL), *g = dt_model_grads(m, NULL);
+        float *dw = dt_model_params(m, NULL), *dg = dt_model_grads(m, NULL), w[NP], g[NP];
         cJSON *j = cJSON_Parse(cases[k][0]);
         dt_optim_cfg cfg;
         dt_err err = {0};
@@ -844,6 +852,7 @@ DT_TEST_TIMEOUT(nn_optim_torch_parity, 120)
             w[i] = (float)(0.3 * i - 1.1);
             cJSON_AddItemToArray(w0, cJSON_CreateNumber(w[i]));
         }
+        nn_dev_set(m, dw, w, NP);
         for (int t = 0; t < STEPS; t++) {
             cJSON *row = cJSON_CreateArray();
             for (int i = 0; i < NP; i++) {
@@ -851,8 +860,10 @@ DT_TEST_TIMEOUT(nn_optim_torch_parity, 120)
                 cJSON_AddItemToArray(row, cJSON_CreateNumber(g[i]));
             }
             cJSON_AddItemToArray(gs, row);
+            nn_dev_set(m, dg, g, NP);
             ASSERT_OK(dt_optim_step(o, &err), &err);
         }
+        dt_model_ops(m)->download(w, dw, sizeof w);
         char *text = cJSON_Print(man);
         f = fopen(in, "w");
         ASSERT_TRUE(f != NULL);

@@ -169,8 +169,11 @@ static void trajectory(dt_model *m, ref *r, const dt_model_batch *b, int n, int 
             snprintf(key, sizeof key, "traj/%d/%s", k, w->name);
             const double *v = ref_get(r, key, &rn);
             ASSERT_EQ(rn, w->size);
+            float *h = malloc(sizeof(float) * rn);
             for (size_t j = 0; j < rn; j++)
-                w->data[j] = (float)v[j];
+                h[j] = (float)v[j];
+            nn_dev_set(m, w->data, h, rn);
+            free(h);
         }
         ASSERT_OK(dt_model_train_step(m, &loss, b, n, &s, &err), &err);
         for (size_t i = 0; i < dt_model_weight_count(m); i++) {
@@ -182,11 +185,13 @@ static void trajectory(dt_model *m, ref *r, const dt_model_batch *b, int n, int 
             snprintf(key, sizeof key, "tgrad32/%d/%s", k, w->name);
             const double *g32 = ref_get(r, key, &rn);
             double md = 0, md32 = 0, mb = 1e-12;
+            float *wg = nn_wgrad_host(m, w);
             for (size_t j = 0; j < rn; j++) {
-                md = fabs(w->grad[j] - g[j]) > md ? fabs(w->grad[j] - g[j]) : md;
+                md = fabs(wg[j] - g[j]) > md ? fabs(wg[j] - g[j]) : md;
                 md32 = fabs(g32[j] - g[j]) > md32 ? fabs(g32[j] - g[j]) : md32;
                 mb = fabs(g[j]) > mb ? fabs(g[j]) : mb;
             }
+            free(wg);
             if (mb < 1e-9 * scale) /* no gradient in exact arithmetic: see the step-0 check */
                 mb = scale;
             printf("  step %2d %-36s rel %.3e  (torch float32 %.3e)\n", k, w->name, md / mb,
@@ -269,7 +274,9 @@ static void parity(const char *model_json_path, const char *json_text, int nstep
             for (int k = 0; k < w->ndim; k++)
                 cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)w->shape[k]));
             sz = w->size;
-            ASSERT_OK(dt_buf_append(&bin, w->data, sz * 4, &err), &err);
+            float *h = nn_wdata_host(m, w);
+            ASSERT_OK(dt_buf_append(&bin, h, sz * 4, &err), &err);
+            free(h);
             cJSON_AddBoolToObject(e, "trainable", w->trainable);
         } else if (!strcmp(name, "x")) {
             int64_t s[DT_NN_MAX_RANK];
@@ -348,7 +355,9 @@ static void parity(const char *model_json_path, const char *json_text, int nstep
         double gmax = 0;
         for (size_t k = 0; k < rn; k++)
             gmax = fabs(g[k]) > gmax ? fabs(g[k]) : gmax;
-        compare(key, w->grad, g, w->size, 1e-5, gmax < 1e-9 * scale ? scale : 0);
+        float *wg = nn_wgrad_host(m, w);
+        compare(key, wg, g, w->size, 1e-5, gmax < 1e-9 * scale ? scale : 0);
+        free(wg);
         if (gmax < 1e-9 * scale)
             skip_layer = w->layer;
     }
@@ -382,7 +391,9 @@ static void parity(const char *model_json_path, const char *json_text, int nstep
                 printf("  %-42s skipped: no gradient in exact arithmetic\n", key);
                 continue;
             }
-            compare(key, w->data, v, w->size, wtol, 0);
+            float *wd = nn_wdata_host(m, w);
+            compare(key, wd, v, w->size, wtol, 0);
+            free(wd);
         }
         dt_optim_free(o);
         dt_model_free(m);

@@ -108,6 +108,106 @@ static inline dt_model_batch nn_batch(const nn_data *d, dt_nn_loss_kind kind)
                             .n = d->n};
 }
 
+/* Host copies of model memory. A model's buffers are device memory (a GPU's, or the guard's,
+ * which faults on a host access), so tests read and write them only through the ops table's
+ * download / upload: the same test then runs on any backend (DTRAIN_OPS=guard, /gpu:N). */
+
+/* A malloc'd host copy of `count` floats at device address src. */
+static inline float *nn_dev_get(const dt_model *m, const float *src, size_t count)
+{
+    float *h = malloc(sizeof(float) * (count ? count : 1));
+    if (!h) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    if (count)
+        dt_model_ops(m)->download(h, src, sizeof(float) * count);
+    return h;
+}
+
+static inline void nn_dev_set(const dt_model *m, float *dst, const float *host, size_t count)
+{
+    if (count)
+        dt_model_ops(m)->upload(dst, host, sizeof(float) * count);
+}
+
+/* The flat params / grads / state as malloc'd host copies; *n (may be NULL) their counts. */
+static inline float *nn_params_host(dt_model *m, size_t *n)
+{
+    size_t k;
+    float *p = dt_model_params(m, &k);
+    if (n)
+        *n = k;
+    return nn_dev_get(m, p, k);
+}
+
+static inline float *nn_grads_host(dt_model *m, size_t *n)
+{
+    size_t k;
+    float *g = dt_model_grads(m, &k);
+    if (n)
+        *n = k;
+    return nn_dev_get(m, g, k);
+}
+
+static inline float *nn_state_host(dt_model *m, size_t *n)
+{
+    size_t k;
+    float *s = dt_model_state(m, &k);
+    if (n)
+        *n = k;
+    return nn_dev_get(m, s, k);
+}
+
+/* One float of the flat params: read, write. */
+static inline float nn_param_get(dt_model *m, size_t i)
+{
+    float v;
+    dt_model_ops(m)->download(&v, dt_model_params(m, NULL) + i, sizeof v);
+    return v;
+}
+
+static inline void nn_param_set(dt_model *m, size_t i, float v)
+{
+    dt_model_ops(m)->upload(dt_model_params(m, NULL) + i, &v, sizeof v);
+}
+
+/* A named weight as a malloc'd host copy (*n its size, may be NULL); fails the test when the
+ * model has no such weight. */
+static inline float *nn_weight_get(const dt_model *m, const char *name, size_t *n)
+{
+    const dt_model_weight *w = dt_model_find_weight(m, name);
+    if (!w) {
+        fprintf(stderr, "no weight %s\n", name);
+        exit(1);
+    }
+    if (n)
+        *n = w->size;
+    return nn_dev_get(m, w->data, w->size);
+}
+
+/* Sets a named weight from host memory (w->size floats). */
+static inline void nn_weight_set(dt_model *m, const char *name, const float *host)
+{
+    const dt_model_weight *w = dt_model_find_weight(m, name);
+    if (!w) {
+        fprintf(stderr, "no weight %s\n", name);
+        exit(1);
+    }
+    nn_dev_set(m, w->data, host, w->size);
+}
+
+/* A weight's value and gradient (w->grad: trainable weights only) as malloc'd host copies. */
+static inline float *nn_wdata_host(const dt_model *m, const dt_model_weight *w)
+{
+    return nn_dev_get(m, w->data, w->size);
+}
+
+static inline float *nn_wgrad_host(const dt_model *m, const dt_model_weight *w)
+{
+    return nn_dev_get(m, w->grad, w->size);
+}
+
 /* Loss of one training-mode step with the dropout stream rewound to *rng. */
 static inline double nn_loss_at(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
                                 const dt_rng *rng)
@@ -129,11 +229,7 @@ static inline int nn_gradcheck(const char *json, dt_loss loss, int n, double eps
     dt_model_batch b = nn_batch(&d, loss.kind);
     dt_rng rng = *dt_model_rng(m);
     nn_loss_at(m, &loss, &b, &rng);
-    size_t np;
-    float *grads = dt_model_grads(m, &np);
-    float *params = dt_model_params(m, NULL);
-    float *g0 = malloc(sizeof(float) * (np ? np : 1));
-    memcpy(g0, grads, sizeof(float) * np);
+    float *g0 = nn_grads_host(m, NULL);
     int checked = 0;
     dt_rng pick;
     dt_rng_seed(&pick, 3);
@@ -145,12 +241,12 @@ static inline int nn_gradcheck(const char *json, dt_loss loss, int n, double eps
         for (int k = 0; k < per_weight && k < (int)w->size; k++) {
             size_t i = w->offset +
                        (w->size <= (size_t)per_weight ? (size_t)k : dt_rng_below(&pick, w->size));
-            float keep = params[i];
-            params[i] = keep + (float)eps;
+            float keep = nn_param_get(m, i);
+            nn_param_set(m, i, keep + (float)eps);
             double lp = nn_loss_at(m, &loss, &b, &rng);
-            params[i] = keep - (float)eps;
+            nn_param_set(m, i, keep - (float)eps);
             double lm = nn_loss_at(m, &loss, &b, &rng);
-            params[i] = keep;
+            nn_param_set(m, i, keep);
             double num = (lp - lm) / (2 * eps), ana = g0[i];
             if (!(fabs(ana - num) <= atol + rtol * fabs(num))) {
                 fprintf(stderr, "gradcheck: %s[%zu]: analytic %.8g numeric %.8g (diff %.3g)\n%s\n",
