@@ -49,8 +49,17 @@ const char *dt_test_bin_path(const char *name);
 
 #define ASSERT_FALSE(x) ASSERT_TRUE(!(x))
 
+/* 1 when x has a floating type. ASSERT_CMP_ compares as long long (so pointers, sizes and enums
+ * print exactly), which would truncate a float: ASSERT_LE(err, 1e-5) became 0 <= 0 and passed for
+ * any error below 1, and INFINITY became LLONG_MIN. Floating operands are therefore a compile
+ * error there; use ASSERT_NEAR, ASSERT_FLE / ASSERT_FLT or ASSERT_TRUE. */
+#define DT_IS_FLOATING_(x) _Generic((x), float : 1, double : 1, long double : 1, default : 0)
+
 #define ASSERT_CMP_(a, op, b)                                                                      \
     do {                                                                                           \
+        _Static_assert(!DT_IS_FLOATING_(a) && !DT_IS_FLOATING_(b),                                 \
+                       "ASSERT_EQ/NE/LT/LE/GT/GE compare integers; for floating values use "       \
+                       "ASSERT_NEAR, ASSERT_FLE/ASSERT_FLT or ASSERT_TRUE");                       \
         long long dt_a_ = (long long)(a), dt_b_ = (long long)(b);                                  \
         if (!(dt_a_ op dt_b_))                                                                     \
             DT_FAIL_("assertion failed: %s %s %s (%lld vs %lld)", #a, #op, #b, dt_a_, dt_b_);      \
@@ -85,6 +94,27 @@ const char *dt_test_bin_path(const char *name);
         if (!(fabs(dt_fa_ - dt_fb_) <= dt_ft_))                                                    \
             DT_FAIL_("assertion failed: |%s - %s| <= %g (%.9g vs %.9g)", #a, #b, dt_ft_, dt_fa_,   \
                      dt_fb_);                                                                      \
+    } while (0)
+
+/* Floating comparisons (a bound on an error, a loss that must fall): both sides as double, printed
+ * with %.9g. A NaN on either side fails, since every comparison with it is false. */
+#define ASSERT_FCMP_(a, op, b)                                                                     \
+    do {                                                                                           \
+        double dt_fa_ = (double)(a), dt_fb_ = (double)(b);                                         \
+        if (!(dt_fa_ op dt_fb_))                                                                   \
+            DT_FAIL_("assertion failed: %s %s %s (%.9g vs %.9g)", #a, #op, #b, dt_fa_, dt_fb_);    \
+    } while (0)
+
+#define ASSERT_FLE(a, b) ASSERT_FCMP_(a, <=, b)
+#define ASSERT_FLT(a, b) ASSERT_FCMP_(a, <, b)
+
+/* Exact floating equality (a value that must come out bit for bit: a sum of integers, a copied
+ * weight, a learning rate halved in float32). %.17g so that two doubles that differ print apart. */
+#define ASSERT_FEQ(a, b)                                                                           \
+    do {                                                                                           \
+        double dt_fa_ = (double)(a), dt_fb_ = (double)(b);                                         \
+        if (!(dt_fa_ == dt_fb_))                                                                   \
+            DT_FAIL_("assertion failed: %s == %s (%.17g vs %.17g)", #a, #b, dt_fa_, dt_fb_);       \
     } while (0)
 
 /* Asserts a dt_status call succeeds; prints the error message of the dt_err it was given. */

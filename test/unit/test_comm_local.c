@@ -256,7 +256,7 @@ DT_TEST_TIMEOUT(comm_local_64mb, 120)
             if (ctx[m].st != DT_OK)
                 DT_FAIL_("G %d all-reduce: member %d: %s", G, m, ctx[m].msg);
         for (size_t i = 0; i < n; i += 4099)
-            ASSERT_EQ(ctx[0].buf[i], want_sum(i, G, bigval) * (float)G);
+            ASSERT_FEQ(ctx[0].buf[i], want_sum(i, G, bigval) * (float)G);
         for (int m = 1; m < G; m++)
             ASSERT_EQ(memcmp(ctx[m].buf, ctx[0].buf, n * sizeof(float)), 0);
         for (int m = 0; m < G; m++)
@@ -388,8 +388,8 @@ DT_TEST(comm_local_bad_arguments)
               &err);
     ASSERT_OK(dt_comm_local_run(l, 1, DT_COMM_LOCAL_ALLREDUCE, c, 2, 1000, &err), &err);
     ASSERT_OK(dt_comm_local_wait(q, 1000, &err), &err);
-    ASSERT_EQ(b[0], 4);
-    ASSERT_EQ(c[1], 6);
+    ASSERT_FEQ(b[0], 4);
+    ASSERT_FEQ(c[1], 6);
     dt_comm_local_free(l);
 }
 

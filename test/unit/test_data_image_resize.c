@@ -41,7 +41,7 @@ static double compare(const char *dir, const char *ref, const float *ours, size_
     double d = img_maxdiff_f32(ours, want, n);
     printf("%2dx%-2d -> %2dx%-2d %-9s vs %-12s max |diff| = %.3g\n", k->ih, k->iw, k->oh, k->ow,
            method, ref, d);
-    ASSERT_LE(d * 1e6, tol * 1e6);
+    ASSERT_FLE(d, tol);
     free(want);
     return d;
 }

@@ -161,7 +161,7 @@ static void run_epoch(const dt_dataset *ds, dt_pipeline_opts o, int64_t epoch, r
             out->n[s][r] = b->n;
             for (int i = 0; i < b->n; i++) {
                 out->idx[s][r][i] = b->index[i];
-                ASSERT_EQ(b->x[2 * i], (float)b->index[i]);
+                ASSERT_FEQ(b->x[2 * i], (float)b->index[i]);
                 ASSERT_EQ(b->y_i32[i], (int32_t)(b->index[i] % 7));
             }
         }

@@ -383,7 +383,7 @@ DT_TEST_TIMEOUT(data_tfrecord_index_only_decodes_nothing, 120)
     ASSERT_EQ(ds->n, 1);
     ASSERT_TRUE(ds->x_row == NULL);
     ASSERT_EQ(ds->shard_workers, 0);
-    ASSERT_EQ(ds->x_f32[0], 1.5f);
+    ASSERT_FEQ(ds->x_f32[0], 1.5f);
     dt_dataset_free(ds);
     dt_data_source_destroy(&src);
 }

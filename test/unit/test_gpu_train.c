@@ -208,7 +208,7 @@ DT_TEST(gpu_loss_matches_cpu)
                 if (!(e <= 1e-5))
                     fprintf(stderr, "%s (%zu, %d) weighted %d: dpred relative L2 %.3g\n",
                             loss_cases[k].name, n, cols, weighted, e);
-                ASSERT_TRUE(e <= 1e-5);
+                ASSERT_FLE(e, 1e-5);
                 free(h);
                 g->free(d_p);
                 dt_nn_free(g, d_v);
@@ -439,7 +439,7 @@ DT_TEST(gpu_update_matches_cpu)
                         if (!(e <= 1e-5))
                             fprintf(stderr, "%s n %zu clip %g decay %g ema %d: w error %.3g\n",
                                     uc->name, n, clips[ci], decays[di], ema, e);
-                        ASSERT_TRUE(e <= 1e-5);
+                        ASSERT_FLE(e, 1e-5);
                         free(h);
                         /* every float operation in the CPU's order, each rounded on its own:
                          * the CPU's bits, but for Ftrl's powf */

@@ -102,7 +102,7 @@ static inline double gpu_rel_l2(const float *a, const float *ref, size_t n)
         if (!(e_ <= (tol)))                                                                        \
             fprintf(stderr, "%s: relative L2 error %.3g > %.3g\n", #d, e_, (double)(tol));         \
         free(h_);                                                                                  \
-        ASSERT_LE(e_, (tol));                                                                      \
+        ASSERT_FLE(e_, (tol));                                                                     \
     } while (0)
 
 #endif

@@ -67,7 +67,7 @@ DT_TEST_TIMEOUT(nn_augment_transform_matches_torch, 180)
             }
             printf("transform %-8s fill %-8s vs torch grid_sample: max |diff| = %.3g\n",
                    nearest ? "nearest" : "bilinear", f ? "nearest" : "constant", worst);
-            ASSERT_LE(worst * 1e9, 2e-6 * 1e9); /* measured 2.4e-7 bilinear, 0 nearest */
+            ASSERT_FLE(worst, 2e-6); /* measured 2.4e-7 bilinear, 0 nearest */
         }
 }
 
@@ -119,7 +119,7 @@ DT_TEST_TIMEOUT(nn_augment_resizing_area_bicubic_match_torch, 180)
             double d = img_maxdiff_f32(y, want, nout);
             printf("area    %2dx%2d -> %2dx%2d vs torch adaptive_avg_pool2d: max |diff| = %.3g\n",
                    H, W, oh, ow, d);
-            ASSERT_LE(d * 1e9, 2e-6 * 1e9);
+            ASSERT_FLE(d, 2e-6);
             free(want);
         }
         /* bicubic */
@@ -146,15 +146,15 @@ DT_TEST_TIMEOUT(nn_augment_resizing_area_bicubic_match_torch, 180)
         printf("bicubic %2dx%2d -> %2dx%2d: vs TF's rule in float64 %.3g, vs torch (a=-0.75) %.3g, "
                "vs torch's formula with a=-0.5 inside %.3g\n",
                H, W, oh, ow, d_tf, d_pt, d_in);
-        ASSERT_LE(d_tf * 1e9, 2e-6 * 1e9); /* measured <= 4.8e-7 */
+        ASSERT_FLE(d_tf, 2e-6); /* measured <= 4.8e-7 */
         if (oh != H || ow != W) {
             /* a = -0.75 is another kernel: 0.24..0.26 apart on N(0, 1) pixels, not rounding */
-            ASSERT_GE(d_pt * 1e3, 1e-1 * 1e3);
+            ASSERT_FLE(0.1, d_pt);
             /* a = -0.5 inside: TF's fraction rounded to 1/1024 only (0 for integer ratios,
              * measured <= 3.0e-3 otherwise) */
-            ASSERT_LE(d_in * 1e3, 1e-2 * 1e3);
+            ASSERT_FLE(d_in, 1e-2);
         } else {
-            ASSERT_LE(d_pt * 1e9, 1e-6 * 1e9); /* the same size: both the identity */
+            ASSERT_FLE(d_pt, 1e-6); /* the same size: both the identity */
         }
         free(tf);
         free(pt);

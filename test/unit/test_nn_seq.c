@@ -222,7 +222,7 @@ DT_TEST(nn_seq_keras2_spellings)
     ASSERT_OK(dt_model_get_weight(m, "emb/embeddings", e, 27, &err), &err);
     for (int j = 0; j < 3; j++) {
         ASSERT_NEAR(y[j], (e[4 * 3 + j] + e[2 * 3 + j]) / 2, 1e-7);
-        ASSERT_EQ(y[3 + j], 0.0f);
+        ASSERT_FEQ(y[3 + j], 0.0f);
         ASSERT_NEAR(y[6 + j], e[7 * 3 + j], 1e-7);
     }
     dt_model_free(m);
@@ -308,8 +308,8 @@ DT_TEST(nn_seq_embedding_scatter_add)
     memcpy(g, e->grad, sizeof g);
     /* Row 2 and row 4 appear nowhere. */
     for (int j = 0; j < 2; j++) {
-        ASSERT_EQ(g[2 * 2 + j], 0.0f);
-        ASSERT_EQ(g[4 * 2 + j], 0.0f);
+        ASSERT_FEQ(g[2 * 2 + j], 0.0f);
+        ASSERT_FEQ(g[4 * 2 + j], 0.0f);
     }
     ASSERT_TRUE(g[1 * 2] != 0.0f && g[3 * 2] != 0.0f && g[5 * 2] != 0.0f && g[0] != 0.0f);
     /* The same step again gives the same bits (a fixed order of the additions). */
@@ -339,7 +339,7 @@ DT_TEST(nn_seq_gradcheck_embedding_masked)
     ASSERT_OK(dt_model_train_step(m, &sce_logits, &b, 5, &st, &err), &err);
     const dt_model_weight *e = dt_model_find_weight(m, "embedding/embeddings");
     for (int j = 0; j < 5; j++)
-        ASSERT_EQ(e->grad[j], 0.0f);
+        ASSERT_FEQ(e->grad[j], 0.0f);
     nn_data_free(&d);
     dt_model_free(m);
 }

@@ -104,16 +104,16 @@ DT_TEST(nn_vision_merge_values)
     uint8_t arg[4];
     const dt_nn_ops *o = dt_nn_ops_cpu();
     o->max_fwd(4, 3, xs, y, arg);
-    ASSERT_EQ(y[0], 1.0f);
-    ASSERT_EQ(y[1], 5.0f);
-    ASSERT_EQ(y[2], 4.0f);
-    ASSERT_EQ(y[3], 2.0f);
+    ASSERT_FEQ(y[0], 1.0f);
+    ASSERT_FEQ(y[1], 5.0f);
+    ASSERT_FEQ(y[2], 4.0f);
+    ASSERT_FEQ(y[3], 2.0f);
     ASSERT_EQ(arg[0], 0);
     ASSERT_EQ(arg[1], 1); /* b and c3 tie at 5: the earlier one */
     o->max_bwd(4, 1, arg, dy, dx, false);
-    ASSERT_EQ(dx[0], 0.0f);
-    ASSERT_EQ(dx[1], 1.0f);
-    ASSERT_EQ(dx[2], 0.0f);
+    ASSERT_FEQ(dx[0], 0.0f);
+    ASSERT_FEQ(dx[1], 1.0f);
+    ASSERT_FEQ(dx[2], 0.0f);
     nn_refused(merge_model("Subtract", true), "(Subtract 'm')", "exactly 2 inputs");
 }
 

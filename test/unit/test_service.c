@@ -198,7 +198,7 @@ DT_TEST(service_events_keep_the_newest)
     ASSERT_STREQ(dt__service_events_at(&e, 0)->message, "event 11");
     ASSERT_EQ(dt__service_events_at(&e, JOB_MAX_EVENTS - 1)->seq, JOB_MAX_EVENTS + 10);
     ASSERT_TRUE(dt__service_events_at(&e, JOB_MAX_EVENTS) == NULL);
-    ASSERT_GT(dt__service_events_at(&e, 0)->time_unix, 1e9); /* stamped */
+    ASSERT_FLT(1e9, dt__service_events_at(&e, 0)->time_unix); /* stamped */
     dt__service_events_destroy(&e);
     ASSERT_EQ(e.nev, 0);
 }
@@ -310,7 +310,7 @@ DT_TEST(service_chief_restart_bookkeeping)
     ASSERT_FALSE(tired->resume);
     ASSERT_CONTAINS(tired->rec.error, "max_restarts times already");
     ASSERT_CONTAINS(tired->rec.error, "restarting");
-    ASSERT_GT(tired->rec.finished, 0);
+    ASSERT_FLT(0, tired->rec.finished);
     ASSERT_EQ(tired->rec.restarts, 3);
     /* Queued by an earlier restart: still resumes; never started: starts fresh. */
     ASSERT_EQ(requeued->rec.state, JOB_QUEUED);
@@ -440,7 +440,7 @@ DT_TEST(service_json_is_one_shape_for_cli_and_store)
     ASSERT_EQ(rec.epochs, 3);
     ASSERT_EQ(rec.params, 101770);
     ASSERT_NEAR(rec.submitted, 1700000000.5, 0);
-    ASSERT_EQ(rec.started, 0);
+    ASSERT_FEQ(rec.started, 0);
     ASSERT_STREQ(rec.error, "");
     ASSERT_EQ(rec.nmetrics, 1);
     ASSERT_EQ(rec.max_restarts, 3);

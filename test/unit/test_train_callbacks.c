@@ -46,7 +46,7 @@ DT_TEST(train_callbacks_early_stopping_decisions)
     const double a[] = {1.0, 0.9, 0.95, 0.92, 0.5};
     ASSERT_EQ(es_run(&cb, -1, a, 5, &s), 3);
     ASSERT_EQ(s.best_epoch, 1);
-    ASSERT_EQ(s.best, 0.9);
+    ASSERT_FEQ(s.best, 0.9);
     ASSERT_EQ(s.stopped_epoch, 3);
     /* min_delta 0.05: 0.96 is no improvement on 1.0 (0.96 + 0.05 > 1.0), 0.94 is */
     cb = cb_parse("{\"class_name\": \"EarlyStopping\", \"config\": {\"patience\": 1, "
@@ -55,7 +55,7 @@ DT_TEST(train_callbacks_early_stopping_decisions)
     ASSERT_EQ(es_run(&cb, -1, b, 3, &s), 1);
     cb.patience = 2;
     ASSERT_EQ(es_run(&cb, -1, b, 3, &s), -1);
-    ASSERT_EQ(s.best, 0.94);
+    ASSERT_FEQ(s.best, 0.94);
     ASSERT_EQ(s.wait, 0);
     /* mode max: equal is no improvement */
     cb = cb_parse("{\"class_name\": \"EarlyStopping\", \"config\": {\"monitor\": "
@@ -80,7 +80,7 @@ DT_TEST(train_callbacks_early_stopping_decisions)
     cb = cb_parse("{\"class_name\": \"EarlyStopping\", \"config\": {\"start_from_epoch\": 2}}");
     const double e[] = {5, 6, 3, 3.5};
     ASSERT_EQ(es_run(&cb, -1, e, 4, &s), 3);
-    ASSERT_EQ(s.best, 3);
+    ASSERT_FEQ(s.best, 3);
     ASSERT_EQ(s.best_epoch, 2);
     cb.start_from_epoch = 0;
     const double f[] = {1, 2};
@@ -157,7 +157,7 @@ DT_TEST(train_callbacks_reduce_lr_decisions)
             lr = (float)nlr;
         if (lr != want[e])
             fprintf(stderr, "epoch %d: lr %.9g, want %.9g\n", e, lr, want[e]);
-        ASSERT_EQ(lr, want[e]);
+        ASSERT_FEQ(lr, want[e]);
     }
     ASSERT_EQ(s.wait, 3); /* at min_lr the wait keeps counting, as in Keras */
     /* min_delta: 0.9995 is no improvement on 1.0 by 0.001 */
@@ -291,12 +291,12 @@ DT_TEST_TIMEOUT(train_callbacks_reduce_lr_job_and_resume, 120)
     tt_run(&spec, 2, &o, -1, 0, ref);
     ASSERT_EQ(ref[0].st, DT_OK);
     /* epochs 2, 3 and 4 each halve it: 0.1 / 8, in float32 */
-    ASSERT_EQ(ref[0].res.learning_rate, (double)(0.1f / 8));
-    ASSERT_EQ(ref[1].res.learning_rate, ref[0].res.learning_rate);
+    ASSERT_FEQ(ref[0].res.learning_rate, (double)(0.1f / 8));
+    ASSERT_FEQ(ref[1].res.learning_rate, ref[0].res.learning_rate);
     ASSERT_EQ(ref[0].res.stopped_epoch, 0);
     o.out_dir = NULL;
     tt_run(&spec, 1, &o, -1, 0, one);
-    ASSERT_EQ(one[0].res.learning_rate, ref[0].res.learning_rate);
+    ASSERT_FEQ(one[0].res.learning_rate, ref[0].res.learning_rate);
     /* the later steps ran at the lower rate: their loss moves less than the first ones' */
     printf("learning rate 0.1 -> %g; batch loss %.4f (step 1) .. %.4f (step 52)\n",
            ref[0].res.learning_rate, ref[0].losses[0], ref[0].losses[ref[0].nlosses - 1]);
@@ -310,7 +310,7 @@ DT_TEST_TIMEOUT(train_callbacks_reduce_lr_job_and_resume, 120)
     tt_run(&spec, 2, &o, -1, 0, run);
     ASSERT_EQ(run[0].st, DT_OK);
     ASSERT_TRUE(run[0].res.resumed);
-    ASSERT_EQ(run[0].res.learning_rate, ref[0].res.learning_rate);
+    ASSERT_FEQ(run[0].res.learning_rate, ref[0].res.learning_rate);
     ASSERT_EQ(run[0].res.weights_hash, ref[0].res.weights_hash);
     ASSERT_EQ(run[1].res.weights_hash, ref[0].res.weights_hash);
     tt_free(ref, 2);
