@@ -66,7 +66,7 @@ static void set_mask(dt_model *m, const float *mask, int n, int T)
     float *x = calloc(in * (size_t)n, sizeof *x), *y = malloc(out * (size_t)n * sizeof *y);
     dt_err err = {0};
     ASSERT_OK(dt_model_predict(m, x, n, y, &err), &err); /* reserves the batch and the mask */
-    memcpy(g->layers[0].mask, mask, (size_t)n * (size_t)T * sizeof *mask);
+    dt_model_ops(m)->upload(g->layers[0].mask, mask, (size_t)n * (size_t)T * sizeof *mask);
     free(x);
     free(y);
 }
@@ -100,9 +100,7 @@ static int gradcheck(const char *json, dt_loss loss, bool masked)
     dt_rng rng = *dt_model_rng(m);
     nn_loss_at(m, &loss, &b, &rng);
     size_t np;
-    float *grads = dt_model_grads(m, &np), *params = dt_model_params(m, NULL);
-    float *g0 = malloc(sizeof(float) * np);
-    memcpy(g0, grads, sizeof(float) * np);
+    float *g0 = nn_grads_host(m, &np);
     int checked = 0;
     dt_rng pick;
     dt_rng_seed(&pick, 3);
@@ -111,12 +109,12 @@ static int gradcheck(const char *json, dt_loss loss, bool masked)
         const dt_model_weight *w = dt_model_weight_at(m, wi);
         for (int k = 0; w->trainable && k < 12; k++) {
             size_t i = w->offset + dt_rng_below(&pick, w->size);
-            float keep = params[i];
-            params[i] = keep + (float)eps;
+            float keep = nn_param_get(m, i);
+            nn_param_set(m, i, keep + (float)eps);
             double lp = nn_loss_at(m, &loss, &b, &rng);
-            params[i] = keep - (float)eps;
+            nn_param_set(m, i, keep - (float)eps);
             double lm = nn_loss_at(m, &loss, &b, &rng);
-            params[i] = keep;
+            nn_param_set(m, i, keep);
             double num = (lp - lm) / (2 * eps), ana = g0[i];
             if (!(fabs(ana - num) <= atol + rtol * fabs(num))) {
                 fprintf(stderr, "gradcheck: %s[%zu]: analytic %.8g numeric %.8g\n%s\n", w->name,
@@ -292,37 +290,44 @@ DT_TEST(nn_rnn_initializers)
                            5);
     const dt_model_weight *r = dt_model_find_weight(m, "lstm/lstm_cell/recurrent_kernel");
     ASSERT_TRUE(r != NULL);
+    float *rd = nn_wdata_host(m, r);
     double worst = 0;
     for (int i = 0; i < 8; i++)
         for (int j = 0; j < 8; j++) {
             double d = 0;
             for (int k = 0; k < 32; k++)
-                d += (double)r->data[i * 32 + k] * r->data[j * 32 + k];
+                d += (double)rd[i * 32 + k] * rd[j * 32 + k];
             worst = fmax(worst, fabs(d - (i == j)));
         }
     printf("  lstm recurrent kernel: worst |W W^T - I| %.3g\n", worst);
     ASSERT_TRUE(worst < 1e-5);
+    free(rd);
     const dt_model_weight *s =
         dt_model_find_weight(m, "simple_rnn/simple_rnn_cell/recurrent_kernel");
+    float *sd = nn_wdata_host(m, s);
     worst = 0;
     for (int i = 0; i < 6; i++)
         for (int j = 0; j < 6; j++) {
             double d = 0, e = 0;
             for (int k = 0; k < 6; k++) {
-                d += (double)s->data[i * 6 + k] * s->data[j * 6 + k];
-                e += (double)s->data[k * 6 + i] * s->data[k * 6 + j];
+                d += (double)sd[i * 6 + k] * sd[j * 6 + k];
+                e += (double)sd[k * 6 + i] * sd[k * 6 + j];
             }
             worst = fmax(worst, fmax(fabs(d - (i == j)), fabs(e - (i == j))));
         }
     ASSERT_TRUE(worst < 1e-5);
-    const dt_model_weight *b = dt_model_find_weight(m, "lstm/lstm_cell/bias");
+    free(sd);
+    float *bd = nn_weight_get(m, "lstm/lstm_cell/bias", NULL);
     for (int i = 0; i < 32; i++)
-        ASSERT_TRUE(b->data[i] == ((i >= 8 && i < 16) ? 1.0f : 0.0f));
+        ASSERT_TRUE(bd[i] == ((i >= 8 && i < 16) ? 1.0f : 0.0f));
+    free(bd);
     /* Not all one value: the kernel is Glorot-uniform within its limit. */
     const dt_model_weight *k = dt_model_find_weight(m, "lstm/lstm_cell/kernel");
     double lim = sqrt(6.0 / (3 + 32)), mx = 0;
+    float *kd = nn_wdata_host(m, k);
     for (size_t i = 0; i < k->size; i++)
-        mx = fmax(mx, fabs(k->data[i]));
+        mx = fmax(mx, fabs(kd[i]));
+    free(kd);
     ASSERT_TRUE(mx <= lim);
     ASSERT_TRUE(mx > lim / 2);
     dt_model_free(m);
@@ -578,7 +583,9 @@ DT_TEST_TIMEOUT(nn_rnn_torch_parity, 300)
             for (int k = 0; k < wt->ndim; k++)
                 fprintf(f, "%lld ", (long long)wt->shape[k]);
             fprintf(f, "\n");
-            write_vec(f, wt->data, wt->size);
+            float *h = nn_wdata_host(m, wt);
+            write_vec(f, h, wt->size);
+            free(h);
         }
         fclose(f);
         /* dtrain's side: the outputs and one step's gradients on this batch. */
@@ -609,7 +616,9 @@ DT_TEST_TIMEOUT(nn_rnn_torch_parity, 300)
         for (size_t w = 0; w < dt_model_weight_count(m); w++) {
             const dt_model_weight *wt = dt_model_weight_at(m, w);
             double *rg = read_vec(o, wt->size);
-            eg = fmax(eg, rel_err(wt->grad, rg, wt->size));
+            float *hg = nn_wgrad_host(m, wt);
+            eg = fmax(eg, rel_err(hg, rg, wt->size));
+            free(hg);
             free(rg);
         }
         printf("  %-9s %-80s bidi %d mask %d: output %.2e grads %.2e\n", cases[i].cls, cases[i].cfg,
@@ -641,9 +650,7 @@ DT_TEST(nn_rnn_deterministic)
         dt_err err = {0};
         dt_step_stats st;
         ASSERT_OK(dt_model_train_step(m, &sce_logits, &b, 8, &st, &err), &err);
-        float *gr = dt_model_grads(m, &np);
-        g[r] = malloc(np * sizeof(float));
-        memcpy(g[r], gr, np * sizeof(float));
+        g[r] = nn_grads_host(m, &np);
         nn_data_free(&d);
         dt_model_free(m);
     }
@@ -715,9 +722,7 @@ DT_TEST(nn_rnn_embedding_mask_zero_grad)
         dt_rng rng = *dt_model_rng(m);
         nn_loss_at(m, &sce_logits, &b, &rng);
         size_t np;
-        float *grads = dt_model_grads(m, &np), *params = dt_model_params(m, NULL);
-        float *g0 = malloc(np * sizeof(float));
-        memcpy(g0, grads, np * sizeof(float));
+        float *g0 = nn_grads_host(m, &np);
         const dt_model_weight *e = dt_model_find_weight(m, "embedding/embeddings");
         ASSERT_TRUE(e != NULL);
         for (int j = 0; j < 4; j++) /* row 0 is the padding: no gradient */
@@ -726,12 +731,12 @@ DT_TEST(nn_rnn_embedding_mask_zero_grad)
         for (size_t wi = 0; wi < dt_model_weight_count(m); wi++) {
             const dt_model_weight *w = dt_model_weight_at(m, wi);
             for (size_t i = w->offset; i < w->offset + w->size; i += 1 + w->size / 9) {
-                float keep = params[i];
-                params[i] = keep + 1e-2f;
+                float keep = nn_param_get(m, i);
+                nn_param_set(m, i, keep + 1e-2f);
                 double lp = nn_loss_at(m, &sce_logits, &b, &rng);
-                params[i] = keep - 1e-2f;
+                nn_param_set(m, i, keep - 1e-2f);
                 double lm = nn_loss_at(m, &sce_logits, &b, &rng);
-                params[i] = keep;
+                nn_param_set(m, i, keep);
                 double num = (lp - lm) / 2e-2;
                 if (!(fabs(g0[i] - num) <= 3e-4 + 4e-3 * fabs(num)))
                     DT_FAIL_("%s[%zu]: analytic %.8g numeric %.8g", w->name, i - w->offset,
@@ -803,8 +808,10 @@ DT_TEST(nn_rnn_regularizers)
     const float l1[3] = {0, 0.02f, 0.01f}, l2[3] = {0.05f, 0, 0.03f};
     for (int k = 0; k < 3; k++) {
         const dt_model_weight *w = dt_model_weight_at(m, (size_t)k);
+        float *h = nn_wdata_host(m, w);
         for (size_t i = 0; i < w->size; i++)
-            pen += l1[k] * fabs(w->data[i]) + l2[k] * (double)w->data[i] * w->data[i];
+            pen += l1[k] * fabs(h[i]) + l2[k] * (double)h[i] * h[i];
+        free(h);
     }
     dt_model *m0 = nn_build(
         nn_seq("5, 3", rnn("LSTM", "\"units\": 4, \"bias_initializer\": \"ones\""), NULL), 2);

@@ -38,10 +38,7 @@ static int gradcheck_data(dt_model *m, nn_data *d, double eps, double atol, doub
     dt_rng rng = *dt_model_rng(m);
     nn_loss_at(m, &loss, &b, &rng);
     size_t np;
-    float *params = dt_model_params(m, NULL);
-    const float *grads = dt_model_grads(m, &np);
-    float *g0 = malloc(sizeof(float) * (np ? np : 1));
-    memcpy(g0, grads, sizeof(float) * np);
+    float *g0 = nn_grads_host(m, &np);
     int checked = 0;
     dt_rng pick;
     dt_rng_seed(&pick, 3);
@@ -51,12 +48,12 @@ static int gradcheck_data(dt_model *m, nn_data *d, double eps, double atol, doub
             continue;
         for (int k = 0; k < 12 && k < (int)w->size; k++) {
             size_t i = w->offset + (w->size <= 12 ? (size_t)k : dt_rng_below(&pick, w->size));
-            float keep = params[i];
-            params[i] = keep + (float)eps;
+            float keep = nn_param_get(m, i);
+            nn_param_set(m, i, keep + (float)eps);
             double lp = nn_loss_at(m, &loss, &b, &rng);
-            params[i] = keep - (float)eps;
+            nn_param_set(m, i, keep - (float)eps);
             double lm = nn_loss_at(m, &loss, &b, &rng);
-            params[i] = keep;
+            nn_param_set(m, i, keep);
             double num = (lp - lm) / (2 * eps), ana = g0[i];
             if (!(fabs(ana - num) <= atol + rtol * fabs(num)))
                 DT_FAIL_("gradcheck: %s[%zu]: analytic %.8g numeric %.8g", w->name, i - w->offset,
@@ -171,8 +168,10 @@ DT_TEST(nn_seq_keras_counts)
     /* The embeddings start in Keras's RandomUniform(-0.05, 0.05). */
     const dt_model_weight *e = dt_model_find_weight(m, "embedding/embeddings");
     float lo = 1, hi = -1;
+    float *ed = nn_wdata_host(m, e);
     for (size_t i = 0; i < e->size; i++)
-        lo = fminf(lo, e->data[i]), hi = fmaxf(hi, e->data[i]);
+        lo = fminf(lo, ed[i]), hi = fmaxf(hi, ed[i]);
+    free(ed);
     ASSERT_TRUE(lo >= -0.05f && lo < -0.04f && hi <= 0.05f && hi > 0.04f);
     /* A training step on padded token ids. */
     dt_loss bce = {.kind = DT_NN_LOSS_BCE};
@@ -305,7 +304,7 @@ DT_TEST(nn_seq_embedding_scatter_add)
     ASSERT_OK(dt_model_train_step(m, &sce_logits, &b, 2, &st, &err), &err);
     const dt_model_weight *e = dt_model_find_weight(m, "embedding/embeddings");
     float g[12];
-    memcpy(g, e->grad, sizeof g);
+    dt_model_ops(m)->download(g, e->grad, sizeof g);
     /* Row 2 and row 4 appear nowhere. */
     for (int j = 0; j < 2; j++) {
         ASSERT_FEQ(g[2 * 2 + j], 0.0f);
@@ -314,7 +313,9 @@ DT_TEST(nn_seq_embedding_scatter_add)
     ASSERT_TRUE(g[1 * 2] != 0.0f && g[3 * 2] != 0.0f && g[5 * 2] != 0.0f && g[0] != 0.0f);
     /* The same step again gives the same bits (a fixed order of the additions). */
     ASSERT_OK(dt_model_train_step(m, &sce_logits, &b, 2, &st, &err), &err);
-    ASSERT_TRUE(memcmp(g, e->grad, sizeof g) == 0);
+    float g2[12];
+    dt_model_ops(m)->download(g2, e->grad, sizeof g2);
+    ASSERT_TRUE(memcmp(g, g2, sizeof g) == 0);
     dt_model_free(m);
 }
 
@@ -338,8 +339,10 @@ DT_TEST(nn_seq_gradcheck_embedding_masked)
     dt_model_batch b = nn_batch(&d, DT_NN_LOSS_SPARSE_CE);
     ASSERT_OK(dt_model_train_step(m, &sce_logits, &b, 5, &st, &err), &err);
     const dt_model_weight *e = dt_model_find_weight(m, "embedding/embeddings");
+    float *eg = nn_wgrad_host(m, e);
     for (int j = 0; j < 5; j++)
-        ASSERT_FEQ(e->grad[j], 0.0f);
+        ASSERT_FEQ(eg[j], 0.0f);
+    free(eg);
     nn_data_free(&d);
     dt_model_free(m);
 }
@@ -554,7 +557,9 @@ DT_TEST_TIMEOUT(nn_seq_torch_parity, 120)
             int sh[DT_NN_MAX_RANK];
             for (int i = 0; i < mw->ndim; i++)
                 sh[i] = (int)mw->shape[i];
-            add_tensor(tl, &bin, mw->name, mw->data, mw->size, sh, mw->ndim, mw->trainable);
+            float *h = nn_wdata_host(m[c], mw);
+            add_tensor(tl, &bin, mw->name, h, mw->size, sh, mw->ndim, mw->trainable);
+            free(h);
         }
         int64_t is[DT_NN_MAX_RANK];
         int ir = dt_model_input_shape(m[c], is), xs[DT_NN_MAX_RANK + 1] = {k->n};
@@ -603,7 +608,9 @@ DT_TEST_TIMEOUT(nn_seq_torch_parity, 120)
             if (!mw->trainable)
                 continue;
             ASSERT_TRUE(ref + mw->size <= end);
-            double e = max_rel(mw->grad, ref, mw->size);
+            float *hg = nn_wgrad_host(m[c], mw);
+            double e = max_rel(hg, ref, mw->size);
+            free(hg);
             ref += mw->size;
             printf("    grad %-28s %.2e\n", mw->name, e);
             if (!(e < 1e-5))

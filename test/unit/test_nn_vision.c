@@ -210,7 +210,7 @@ DT_TEST(nn_vision_spatial_dropout2d)
     dt_err err = {0};
     ASSERT_OK(dt_model_train_step(m, &loss, &b, 1, &st, &err), &err);
     const dt_model_weight *w = dt_model_weight_at(m, 0);
-    const float *g = dt_model_grads(m, NULL) + w->offset;
+    float *g = nn_wgrad_host(m, w);
     int kept = 0, dropped = 0;
     for (int ch = 0; ch < 16; ch++) {
         for (int p = 1; p < 9; p++)
@@ -220,6 +220,7 @@ DT_TEST(nn_vision_spatial_dropout2d)
         else
             kept++;
     }
+    free(g);
     ASSERT_GT(kept, 0);
     ASSERT_GT(dropped, 0);
     /* Inference passes x through. */
@@ -599,10 +600,11 @@ DT_TEST_TIMEOUT(nn_vision_mobilenet_v2, 120)
     ASSERT_OK(dt_model_train_step(m, &loss, &b, 4, &st, &err), &err);
     ASSERT_TRUE(isfinite(st.loss));
     size_t np;
-    const float *g = dt_model_grads(m, &np);
+    float *g = nn_grads_host(m, &np);
     double sq = 0;
     for (size_t i = 0; i < np; i++)
         sq += (double)g[i] * g[i];
+    free(g);
     ASSERT_TRUE(isfinite(sq) && sq > 0);
     printf("MobileNetV2 32x32, batch 4: loss %.4f, gradient norm %.4g\n", st.loss, sqrt(sq));
     nn_data_free(&d);
@@ -646,9 +648,10 @@ DT_TEST(nn_vision_bn_relu_fused_equals_unfused)
         for (int k = 0; k < 2; k++)
             m[k] = nn_build(bn_relu_model(cfgs[i], k == 1), 3);
         size_t np0, np1; /* the same initial weights (the extra layer moves the draws) */
-        float *p0 = dt_model_params(m[0], &np0), *p1 = dt_model_params(m[1], &np1);
+        float *p0 = nn_params_host(m[0], &np0), *p1 = dt_model_params(m[1], &np1);
         ASSERT_EQ(np0, np1);
-        memcpy(p1, p0, np0 * sizeof(float));
+        nn_dev_set(m[1], p1, p0, np0);
+        free(p0);
         for (int k = 0; k < 2; k++) {
             nn_data d = nn_random(m[k], 5, loss.kind, 4);
             dt_model_batch b = nn_batch(&d, loss.kind);
@@ -663,9 +666,11 @@ DT_TEST(nn_vision_bn_relu_fused_equals_unfused)
         }
         ASSERT_TRUE(lv[0] == lv[1]);
         size_t n0, n1;
-        const float *g0 = dt_model_grads(m[0], &n0), *g1 = dt_model_grads(m[1], &n1);
+        float *g0 = nn_grads_host(m[0], &n0), *g1 = nn_grads_host(m[1], &n1);
         ASSERT_EQ(n0, n1);
         ASSERT_TRUE(memcmp(g0, g1, n0 * sizeof(float)) == 0);
+        free(g0);
+        free(g1);
         ASSERT_TRUE(memcmp(pred[0], pred[1], 5 * 3 * sizeof(float)) == 0); /* inference too */
         printf("ReLU {%s}: loss %.6f, %zu gradients and the predictions equal bit for bit\n",
                cfgs[i], lv[0], n0);
@@ -715,9 +720,10 @@ DT_TEST(nn_vision_pad_dw_fused_equals_unfused)
         ASSERT_EQ(dt_model_batch_bytes(m[1], 5) - dt_model_batch_bytes(m[0], 5),
                   (uint64_t)4 * 5 * padded[i] * sizeof(float));
         size_t np0, np1;
-        float *p0 = dt_model_params(m[0], &np0), *p1 = dt_model_params(m[1], &np1);
+        float *p0 = nn_params_host(m[0], &np0), *p1 = dt_model_params(m[1], &np1);
         ASSERT_EQ(np0, np1);
-        memcpy(p1, p0, np0 * sizeof(float));
+        nn_dev_set(m[1], p1, p0, np0);
+        free(p0);
         for (int k = 0; k < 2; k++) {
             nn_data d = nn_random(m[k], 5, loss.kind, 4);
             dt_model_batch b = nn_batch(&d, loss.kind);
@@ -732,9 +738,11 @@ DT_TEST(nn_vision_pad_dw_fused_equals_unfused)
         }
         ASSERT_TRUE(lv[0] == lv[1]);
         size_t n0, n1;
-        const float *g0 = dt_model_grads(m[0], &n0), *g1 = dt_model_grads(m[1], &n1);
+        float *g0 = nn_grads_host(m[0], &n0), *g1 = nn_grads_host(m[1], &n1);
         ASSERT_EQ(n0, n1);
         ASSERT_TRUE(memcmp(g0, g1, n0 * sizeof(float)) == 0);
+        free(g0);
+        free(g1);
         ASSERT_TRUE(memcmp(pred[0], pred[1], 5 * 3 * sizeof(float)) == 0);
         printf("padding %s, stride %d: loss %.6f, %zu gradients and the predictions equal bit "
                "for bit\n",

@@ -219,9 +219,11 @@ DT_TEST(train_weights_files)
     dt_optim *opt = dt_train_optim(t);
     size_t np;
     float *p = dt_model_params(m, &np);
-    float *slot0 = dt_optim_slot(opt, 0, NULL);
+    float *slot0 = dt_optim_slot(opt, 0, NULL), *h0 = malloc(np * sizeof(float));
+    const dt_nn_ops *ops = dt_model_ops(m); /* model memory is the backend's: upload/download */
     for (size_t i = 0; i < np; i++)
-        slot0[i] = (float)i * 0.5f;
+        h0[i] = (float)i * 0.5f;
+    ops->upload(slot0, h0, np * sizeof(float));
     dt_optim_set_iterations(opt, 77);
     uint64_t h = dt_train_weights_hash(m);
     char path[1100];
@@ -231,13 +233,17 @@ DT_TEST(train_weights_files)
 
     /* scramble, reload: params, slots and iterations come back */
     for (size_t i = 0; i < np; i++)
-        p[i] = 0, slot0[i] = 0;
+        h0[i] = 0;
+    ops->upload(p, h0, np * sizeof(float));
+    ops->upload(slot0, h0, np * sizeof(float));
     dt_optim_set_iterations(opt, 0);
     ASSERT_NE(dt_train_weights_hash(m), h);
     ASSERT_OK(dt_train_load_weights(m, opt, path, &err), &err);
     ASSERT_EQ(dt_train_weights_hash(m), h);
     ASSERT_EQ(dt_optim_iterations(opt), 77);
-    ASSERT_NEAR(slot0[10], 5.0, 0);
+    ops->download(h0, slot0, np * sizeof(float));
+    ASSERT_NEAR(h0[10], 5.0, 0);
+    free(h0);
 
     /* a file of another model: a missing tensor, a wrong shape, an extra tensor */
     dt_st_writer *w = dt_st_writer_new();

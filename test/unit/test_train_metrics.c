@@ -536,7 +536,7 @@ static void val_expected(const dt_jobspec *spec, const float *params, size_t npa
     size_t n;
     float *p = dt_model_params(m, &n);
     ASSERT_EQ(n, nparams);
-    memcpy(p, params, n * sizeof(float));
+    dt_model_ops(m)->upload(p, params, n * sizeof(float));
     int cols = (int)dt_model_output_size(m), rows = (int)ds->n;
     float *pred = malloc((size_t)rows * cols * sizeof(float));
     ASSERT_OK(dt_model_predict(m, ds->x_f32, rows, pred, &err), &err);
