@@ -19,6 +19,8 @@
 #include "core/status.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,14 @@ const char *dt_test_tmpdir(void);
 const char *dt_test_src_path(const char *rel);
 /* Path of a built binary ("dtraind", "dtrain"); the runner sets DT_BIN_DIR. Static buffer. */
 const char *dt_test_bin_path(const char *name);
+/* The python the reference scripts run with: $DT_TEST_PYTHON when set (a bare name such as
+ * "python3" is looked up on PATH, since a GPU machine's torch lives in the python on its PATH),
+ * else Debian's /usr/bin/python3. Static buffer. */
+const char *dt_test_python(void);
+/* Whether that python imports the modules ("torch", "PIL, numpy"); false when it is missing. */
+bool dt_test_python_has(const char *modules);
+/* A shell command: that python, single-quoted, followed by fmt's text (" '%s' check '%s'"). */
+DT_PRINTF(3, 4) void dt_test_python_cmd(char *buf, size_t n, const char *fmt, ...);
 
 #define DT_FAIL_(...)                                                                              \
     do {                                                                                           \

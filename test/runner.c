@@ -25,6 +25,7 @@
 #include <ftw.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -92,6 +93,47 @@ const char *dt_test_bin_path(const char *name)
     const char *bin = getenv("DT_BIN_DIR");
     snprintf(path, sizeof path, "%s/%s", bin ? bin : "bin", name);
     return path;
+}
+
+const char *dt_test_python(void)
+{
+    static char path[4096];
+    const char *py = getenv("DT_TEST_PYTHON");
+    if (!py || !*py)
+        return "/usr/bin/python3";
+    if (strchr(py, '/'))
+        return py;
+    const char *dirs = getenv("PATH");
+    while (dirs && *dirs) {
+        size_t len = strcspn(dirs, ":");
+        if (len > 0 && len < sizeof path) {
+            snprintf(path, sizeof path, "%.*s/%s", (int)len, dirs, py);
+            if (access(path, X_OK) == 0)
+                return path;
+        }
+        dirs += len + (dirs[len] == ':');
+    }
+    return py; /* not found: access() fails and the tests skip, naming it */
+}
+
+bool dt_test_python_has(const char *modules)
+{
+    char cmd[4096];
+    dt_test_python_cmd(cmd, sizeof cmd, " -c 'import %s' >/dev/null 2>&1", modules);
+    return system(cmd) == 0;
+}
+
+void dt_test_python_cmd(char *buf, size_t n, const char *fmt, ...)
+{
+    int o = snprintf(buf, n, "'%s'", dt_test_python());
+    if (o < 0 || (size_t)o >= n)
+        DT_FAIL_("python command longer than %zu bytes", n);
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + o, n - (size_t)o, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= n - (size_t)o)
+        DT_FAIL_("python command longer than %zu bytes", n);
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)

@@ -128,11 +128,11 @@ DT_TEST_TIMEOUT(data_image_numpy_shuffle, 60)
     img_need_python(false);
     char cmd[2600], path[1200];
     snprintf(path, sizeof path, "%s/perm.txt", dt_test_tmpdir());
-    snprintf(cmd, sizeof cmd,
-             IMG_PY " -c \"import numpy as np\nfor s, n in ((0, 1), (42, 10), (1337, 1000), "
-                    "(4294967295, 77777)):\n p = list(range(n)); np.random.RandomState(s)"
-                    ".shuffle(p); print(s, n, ' '.join(map(str, p)))\" > '%s'",
-             path);
+    dt_test_python_cmd(cmd, sizeof cmd,
+                       " -c \"import numpy as np\nfor s, n in ((0, 1), (42, 10), (1337, 1000), "
+                       "(4294967295, 77777)):\n p = list(range(n)); np.random.RandomState(s)"
+                       ".shuffle(p); print(s, n, ' '.join(map(str, p)))\" > '%s'",
+                       path);
     ASSERT_EQ(system(cmd), 0);
     FILE *f = fopen(path, "r");
     ASSERT_TRUE(f != NULL);
@@ -388,8 +388,8 @@ DT_TEST_TIMEOUT(data_image_tfrecord_parallel_decode, 120)
     img_need_python(false);
     char dir[1200], cmd[3000];
     snprintf(dir, sizeof dir, "%s/ph", dt_test_tmpdir());
-    snprintf(cmd, sizeof cmd, IMG_PY " '%s' '%s' 70 30 90 4 --png 5 >/dev/null",
-             dt_test_src_path("scripts/bench/make_photos.py"), dir);
+    dt_test_python_cmd(cmd, sizeof cmd, " '%s' '%s' 70 30 90 4 --png 5 >/dev/null",
+                       dt_test_src_path("scripts/bench/make_photos.py"), dir);
     ASSERT_EQ(system(cmd), 0);
     dt_err err = {0};
     char paths[2][1400];

@@ -18,8 +18,8 @@ static const char *make_photos(const char *name, int n, int nbad)
     static char dir[1200];
     snprintf(dir, sizeof dir, "%s/%s", dt_test_tmpdir(), name);
     char cmd[3000];
-    snprintf(cmd, sizeof cmd, IMG_PY " '%s' '%s' %d 30 90 5 --png 3 --bad %d >/dev/null",
-             dt_test_src_path("scripts/bench/make_photos.py"), dir, n, nbad);
+    dt_test_python_cmd(cmd, sizeof cmd, " '%s' '%s' %d 30 90 5 --png 3 --bad %d >/dev/null",
+                       dt_test_src_path("scripts/bench/make_photos.py"), dir, n, nbad);
     ASSERT_EQ(system(cmd), 0);
     return dir;
 }

@@ -114,11 +114,12 @@ DT_TEST_TIMEOUT(data_image_crop_to_aspect_ratio, 60)
     img_need_python(false);
     char dir[1200], cmd[2000];
     snprintf(dir, sizeof dir, "%s", dt_test_tmpdir());
-    snprintf(cmd, sizeof cmd,
-             IMG_PY " -c \"import numpy as np; from PIL import Image; "
-                    "a = (np.arange(40)[None, :] * 6 + np.arange(20)[:, None]).astype(np.uint8); "
-                    "Image.fromarray(a, 'L').save('%s/w.png')\"",
-             dir);
+    dt_test_python_cmd(
+        cmd, sizeof cmd,
+        " -c \"import numpy as np; from PIL import Image; "
+        "a = (np.arange(40)[None, :] * 6 + np.arange(20)[:, None]).astype(np.uint8); "
+        "Image.fromarray(a, 'L').save('%s/w.png')\"",
+        dir);
     ASSERT_EQ(system(cmd), 0);
     size_t len;
     uint8_t *png = img_read(dir, "w.png", &len);

@@ -60,8 +60,8 @@ static void write_files(const char *name, const int *cut, int ncut, char paths[N
 {
     char dir[1200], cmd[3000];
     snprintf(dir, sizeof dir, "%s/%s", dt_test_tmpdir(), name);
-    snprintf(cmd, sizeof cmd, IMG_PY " '%s' '%s' 50 30 90 7 --png 5 >/dev/null",
-             dt_test_src_path("scripts/bench/make_photos.py"), dir);
+    dt_test_python_cmd(cmd, sizeof cmd, " '%s' '%s' 50 30 90 7 --png 5 >/dev/null",
+                       dt_test_src_path("scripts/bench/make_photos.py"), dir);
     ASSERT_EQ(system(cmd), 0);
     dt_err err = {0};
     int rec = 0;

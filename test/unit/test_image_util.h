@@ -14,16 +14,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define IMG_PY "/usr/bin/python3"
+#define IMG_PY dt_test_python()
 
 /* Skips unless Debian's python3 has PIL (and torch when torch is true). */
 static inline void img_need_python(bool torch)
 {
     if (access(IMG_PY, X_OK) != 0)
         DT_SKIP("no %s (Debian's python3)", IMG_PY);
-    if (system(IMG_PY " -c 'import PIL, numpy' >/dev/null 2>&1") != 0)
+    if (!dt_test_python_has("PIL, numpy"))
         DT_SKIP("%s has no PIL: apt-get install python3-pil (make deps)", IMG_PY);
-    if (torch && system(IMG_PY " -c 'import torch' >/dev/null 2>&1") != 0)
+    if (torch && !dt_test_python_has("torch"))
         DT_SKIP("%s has no torch: apt-get install python3-torch (make deps)", IMG_PY);
 }
 
@@ -32,8 +32,8 @@ static inline void img_ref(const char *args, char **out)
 {
     char cmd[4096], path[1200];
     snprintf(path, sizeof path, "%s/ref.out", dt_test_tmpdir());
-    snprintf(cmd, sizeof cmd, IMG_PY " '%s' %s > '%s'", dt_test_src_path("test/ref/image_ref.py"),
-             args, path);
+    dt_test_python_cmd(cmd, sizeof cmd, " '%s' %s > '%s'",
+                       dt_test_src_path("test/ref/image_ref.py"), args, path);
     int rc = system(cmd);
     ASSERT_EQ(rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, 0);
     if (out) {

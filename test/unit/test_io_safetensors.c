@@ -607,9 +607,9 @@ static int run_cmd(const char *cmd)
 
 DT_TEST_TIMEOUT(io_st_python_cross_check, 120)
 {
-    if (access("/usr/bin/python3", X_OK) != 0)
-        DT_SKIP("/usr/bin/python3 is not installed");
-    if (run_cmd("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+    if (access(dt_test_python(), X_OK) != 0)
+        DT_SKIP("%s is not installed", dt_test_python());
+    if (!dt_test_python_has("torch"))
         DT_SKIP("Debian's python3 has no torch (apt-get install python3-torch) for the reference "
                 "reader/writer in test/ref/safetensors_ref.py");
     dt_err err = {0};
@@ -623,12 +623,12 @@ DT_TEST_TIMEOUT(io_st_python_cross_check, 120)
     ASSERT_OK(dt_st_writer_write(w, ours, &err), &err);
     dt_st_writer_free(w);
     free_bufs(bufs);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' check '%s'", script, ours);
+    dt_test_python_cmd(cmd, sizeof cmd, " '%s' check '%s'", script, ours);
     ASSERT_EQ(run_cmd(cmd), 0);
 
     /* 2. We read a file Python wrote (reference layout: sorted by alignment, then name). */
     const char *theirs = tmp_path("theirs.safetensors");
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' write '%s'", script, theirs);
+    dt_test_python_cmd(cmd, sizeof cmd, " '%s' write '%s'", script, theirs);
     ASSERT_EQ(run_cmd(cmd), 0);
     dt_st_file *f = NULL;
     ASSERT_OK(dt_st_open(theirs, &f, &err), &err);

@@ -317,9 +317,9 @@ static int run_cmd(const char *cmd)
  * read a file of ours and returned brain.Event:2 and every epoch_loss (step, value) pair. */
 DT_TEST_TIMEOUT(io_tfe_tensorboard_reads_it, 120)
 {
-    if (access("/usr/bin/python3", X_OK) != 0)
-        DT_SKIP("/usr/bin/python3 is not installed");
-    if (run_cmd("/usr/bin/python3 -c 'import tensorboard' >/dev/null 2>&1") != 0)
+    if (access(dt_test_python(), X_OK) != 0)
+        DT_SKIP("%s is not installed", dt_test_python());
+    if (!dt_test_python_has("tensorboard"))
         DT_SKIP("Debian's python3 has neither tensorboard nor tensorflow; the file format is "
                 "checked by io_tfe_exact_bytes and io_tfe_scalars_read_back instead");
     dt_err err = {0};
@@ -330,7 +330,7 @@ DT_TEST_TIMEOUT(io_tfe_tensorboard_reads_it, 120)
         ASSERT_OK(dt_tfevents_scalar(w, "epoch_loss", step, 1.0 / (step + 1), &err), &err);
     dt_tfevents_close(w);
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'",
-             dt_test_src_path("test/ref/tfevents_ref.py"), dir);
+    dt_test_python_cmd(cmd, sizeof cmd, " '%s' '%s'", dt_test_src_path("test/ref/tfevents_ref.py"),
+                       dir);
     ASSERT_EQ(run_cmd(cmd), 0);
 }

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PY "/usr/bin/python3"
+#define PY dt_test_python()
 
 static const dt_loss sce_logits = {.kind = DT_NN_LOSS_SPARSE_CE, .from_logits = true};
 
@@ -319,7 +319,8 @@ static double parity(const char *json, bool causal, bool embed)
     ASSERT_OK(dt_file_write_atomic(in, text, strlen(text), &err), &err);
     free(text);
     cJSON_Delete(spec);
-    snprintf(cmd, sizeof cmd, PY " %s %s %s", dt_test_src_path("test/ref/attn_ref.py"), in, out);
+    dt_test_python_cmd(cmd, sizeof cmd, " %s %s %s", dt_test_src_path("test/ref/attn_ref.py"), in,
+                       out);
     int rc = system(cmd);
     ASSERT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0);
     char *body;
@@ -360,7 +361,7 @@ static double parity(const char *json, bool causal, bool embed)
 
 DT_TEST_TIMEOUT(nn_attn_torch_parity, 120)
 {
-    if (access(PY, X_OK) != 0 || system(PY " -c 'import torch' >/dev/null 2>&1") != 0)
+    if (access(PY, X_OK) != 0 || !dt_test_python_has("torch"))
         DT_SKIP("no %s with torch: apt-get install python3-torch", PY);
     double e = parity(self_model(MHA_CFG(""), NULL), false, false);
     printf("self-attention: worst %.2e\n", e);

@@ -40,8 +40,8 @@ DT_TEST_TIMEOUT(nn_augment_transform_matches_torch, 180)
     img_write(dir, "in.f32", x, sizeof x);
     img_write(dir, "t.f32", t, sizeof t);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, IMG_PY " '%s' transform '%s' %d %d %d %d",
-             dt_test_src_path("test/ref/augment_ref.py"), dir, H, W, C, K);
+    dt_test_python_cmd(cmd, sizeof cmd, " '%s' transform '%s' %d %d %d %d",
+                       dt_test_src_path("test/ref/augment_ref.py"), dir, H, W, C, K);
     ASSERT_EQ(system(cmd), 0);
     const dt_nn_ops *o = dt_nn_ops_cpu();
     for (int nearest = 0; nearest < 2; nearest++)
@@ -98,8 +98,8 @@ DT_TEST_TIMEOUT(nn_augment_resizing_area_bicubic_match_torch, 180)
         snprintf(dir, sizeof dir, "%s/resize%zu", dt_test_tmpdir(), s);
         ASSERT_EQ(mkdir(dir, 0700), 0);
         img_write(dir, "in.f32", x, sizeof x);
-        snprintf(cmd, sizeof cmd, IMG_PY " '%s' resize '%s' %d %d %d %d %d",
-                 dt_test_src_path("test/ref/augment_ref.py"), dir, H, W, C, oh, ow);
+        dt_test_python_cmd(cmd, sizeof cmd, " '%s' resize '%s' %d %d %d %d %d",
+                           dt_test_src_path("test/ref/augment_ref.py"), dir, H, W, C, oh, ow);
         ASSERT_EQ(system(cmd), 0);
         float *y = malloc(nout * sizeof(float));
         dt_err err = {0};

@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PY "/usr/bin/python3"
+#define PY dt_test_python()
 
 #define DENSE3  "{\"class_name\": \"Dense\", \"config\": {\"units\": 3}}"
 #define FLATTEN "{\"class_name\": \"Flatten\", \"config\": {}}"
@@ -190,7 +190,7 @@ static double max_rel(const float *a, const double *ref, size_t n)
 
 static void torch_parity(const model_case *cases, size_t nc, const char *what)
 {
-    if (access(PY, X_OK) != 0 || system(PY " -c 'import torch' >/dev/null 2>&1") != 0)
+    if (access(PY, X_OK) != 0 || !dt_test_python_has("torch"))
         DT_SKIP("no %s with torch: apt-get install python3-torch", PY);
     const char *dir = dt_test_tmpdir();
     char path[1024], cmd[2048];
@@ -256,7 +256,8 @@ static void torch_parity(const model_case *cases, size_t nc, const char *what)
     snprintf(path, sizeof path, "%s/in.bin", dir);
     ASSERT_OK(dt_file_write_atomic(path, bin.data, bin.len, &err), &err);
     dt_buf_destroy(&bin);
-    snprintf(cmd, sizeof cmd, PY " %s %s", dt_test_src_path("test/ref/conv_model_ref.py"), dir);
+    dt_test_python_cmd(cmd, sizeof cmd, " %s %s", dt_test_src_path("test/ref/conv_model_ref.py"),
+                       dir);
     int rc = system(cmd);
     ASSERT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0);
     char *out;

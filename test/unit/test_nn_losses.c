@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PY "/usr/bin/python3"
+#define PY dt_test_python()
 
 typedef struct lcase {
     const char *name; /* the reference's kind */
@@ -73,7 +73,7 @@ static void need_torch(void)
 {
     if (access(PY, X_OK) != 0)
         DT_SKIP("no %s (Debian's python3)", PY);
-    if (system(PY " -c 'import torch' >/dev/null 2>&1") != 0)
+    if (!dt_test_python_has("torch"))
         DT_SKIP("%s has no torch: apt-get install python3-torch", PY);
 }
 
@@ -170,8 +170,8 @@ DT_TEST(nn_losses_match_torch)
     ASSERT_OK(dt_file_write_atomic(in, text, strlen(text), &err), &err);
     free(text);
     cJSON_Delete(root);
-    snprintf(cmd, sizeof cmd, PY " %s %s %s", dt_test_src_path("test/ref/loss_torch_ref.py"), in,
-             out);
+    dt_test_python_cmd(cmd, sizeof cmd, " %s %s %s", dt_test_src_path("test/ref/loss_torch_ref.py"),
+                       in, out);
     int rc = system(cmd);
     ASSERT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0);
     size_t len;

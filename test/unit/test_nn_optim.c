@@ -785,7 +785,7 @@ DT_TEST_TIMEOUT(train_nadam_cosine_ema_resumes, 120)
 
 /* ------------------------------------------------------------------- PyTorch parity -- */
 
-#define PY "/usr/bin/python3"
+#define PY dt_test_python()
 
 /* Where PyTorch's rule is Keras's (epsilon 0 for Adagrad, Adamax and AMSGrad, whose epsilon
  * sits elsewhere; Adadelta as is; AdamW's decoupled decay), float64 PyTorch 1.13 on the same
@@ -804,7 +804,7 @@ DT_TEST_TIMEOUT(nn_optim_torch_parity, 120)
 {
     if (access(PY, X_OK) != 0)
         DT_SKIP("no %s (Debian's python3)", PY);
-    if (system(PY " -c 'import torch' >/dev/null 2>&1") != 0)
+    if (!dt_test_python_has("torch"))
         DT_SKIP("%s has no torch: apt-get install python3-torch", PY);
     static const char *const cases[][2] = {
         {"{\"class_name\": \"Adadelta\", \"config\": {\"learning_rate\": 1.0, \"rho\": 0.9, "
@@ -871,7 +871,7 @@ DT_TEST_TIMEOUT(nn_optim_torch_parity, 120)
         fclose(f);
         free(text);
         cJSON_Delete(man);
-        snprintf(cmd, sizeof cmd, PY " %s %s %s", py, in, out);
+        dt_test_python_cmd(cmd, sizeof cmd, " %s %s %s", py, in, out);
         ASSERT_EQ(system(cmd), 0);
         f = fopen(out, "r");
         ASSERT_TRUE(f != NULL);

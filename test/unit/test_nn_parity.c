@@ -12,13 +12,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PY "/usr/bin/python3"
+#define PY dt_test_python()
 
 static void need_torch(void)
 {
     if (access(PY, X_OK) != 0)
         DT_SKIP("no %s (Debian's python3)", PY);
-    if (system(PY " -c 'import torch' >/dev/null 2>&1") != 0)
+    if (!dt_test_python_has("torch"))
         DT_SKIP("%s has no torch: apt-get install python3-torch", PY);
 }
 
@@ -308,7 +308,8 @@ static void parity(const char *model_json_path, const char *json_text, int nstep
     cJSON_Delete(man);
     dt_buf_destroy(&bin);
 
-    snprintf(cmd, sizeof cmd, PY " %s %s", dt_test_src_path("test/ref/keras_torch_ref.py"), dir);
+    dt_test_python_cmd(cmd, sizeof cmd, " %s %s", dt_test_src_path("test/ref/keras_torch_ref.py"),
+                       dir);
     int rc = system(cmd);
     ASSERT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0);
     ref r;

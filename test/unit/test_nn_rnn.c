@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define PY "/usr/bin/python3"
+#define PY dt_test_python()
 #define T_ 5 /* timesteps */
 #define D_ 3 /* features */
 
@@ -513,7 +513,7 @@ DT_TEST_TIMEOUT(nn_rnn_torch_parity, 300)
 {
     if (access(PY, X_OK) != 0)
         DT_SKIP("no %s (Debian's python3)", PY);
-    if (system(PY " -c 'import torch' >/dev/null 2>&1") != 0)
+    if (!dt_test_python_has("torch"))
         DT_SKIP("%s has no torch: apt-get install python3-torch", PY);
     static const pcase cases[] = {
         {"SimpleRNN", "\"units\": 5", false, false, 0},
@@ -600,7 +600,7 @@ DT_TEST_TIMEOUT(nn_rnn_torch_parity, 300)
     FILE *f = fopen(script, "w");
     fputs(ref_py, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, PY " %s %s", script, dir);
+    dt_test_python_cmd(cmd, sizeof cmd, " %s %s", script, dir);
     ASSERT_EQ(system(cmd), 0);
     double worst_y = 0, worst_g = 0;
     for (size_t i = 0; i < nc; i++) {

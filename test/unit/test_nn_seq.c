@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PY "/usr/bin/python3"
+#define PY dt_test_python()
 
 #define L(cls, cfg) "{\"class_name\": \"" cls "\", \"config\": {" cfg "}}"
 #define DENSE3      L("Dense", "\"units\": 3")
@@ -494,7 +494,7 @@ static void add_tensor(cJSON *list, dt_buf *bin, const char *name, const float *
 
 DT_TEST_TIMEOUT(nn_seq_torch_parity, 120)
 {
-    if (access(PY, X_OK) != 0 || system(PY " -c 'import torch' >/dev/null 2>&1") != 0)
+    if (access(PY, X_OK) != 0 || !dt_test_python_has("torch"))
         DT_SKIP("no %s with torch: apt-get install python3-torch", PY);
     static char j0[16384], j1[16384], j2[16384];
     snprintf(j0, sizeof j0, "%s",
@@ -584,7 +584,7 @@ DT_TEST_TIMEOUT(nn_seq_torch_parity, 120)
     snprintf(path, sizeof path, "%s/in.bin", dir);
     ASSERT_OK(dt_file_write_atomic(path, bin.data, bin.len, &err), &err);
     dt_buf_destroy(&bin);
-    snprintf(cmd, sizeof cmd, PY " %s %s", dt_test_src_path("test/ref/seq_ref.py"), dir);
+    dt_test_python_cmd(cmd, sizeof cmd, " %s %s", dt_test_src_path("test/ref/seq_ref.py"), dir);
     int rc = system(cmd);
     ASSERT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0);
     char *out;

@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PY "/usr/bin/python3"
+#define PY dt_test_python()
 
 #define DENSE3  "{\"class_name\": \"Dense\", \"config\": {\"units\": 3}}"
 #define FLATTEN "{\"class_name\": \"Flatten\", \"config\": {}}"
@@ -424,7 +424,7 @@ static void run_case(const dw_case *k, const dt_nn_win *g, const float *x, const
 
 DT_TEST_TIMEOUT(nn_vision_torch_conv_kernels, 120)
 {
-    if (access(PY, X_OK) != 0 || system(PY " -c 'import torch' >/dev/null 2>&1") != 0)
+    if (access(PY, X_OK) != 0 || !dt_test_python_has("torch"))
         DT_SKIP("no %s with torch: apt-get install python3-torch", PY);
     /* n, h, w, c, mult, kh, kw, sh, sw, dh, dw, same, filters */
     const dw_case cases[] = {
@@ -483,7 +483,7 @@ DT_TEST_TIMEOUT(nn_vision_torch_conv_kernels, 120)
     snprintf(path, sizeof path, "%s/in.bin", dir);
     ASSERT_OK(dt_file_write_atomic(path, bin.data, bin.len, &err), &err);
     dt_buf_destroy(&bin);
-    snprintf(cmd, sizeof cmd, PY " %s %s", dt_test_src_path("test/ref/conv_ref.py"), dir);
+    dt_test_python_cmd(cmd, sizeof cmd, " %s %s", dt_test_src_path("test/ref/conv_ref.py"), dir);
     int rc = system(cmd);
     ASSERT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0);
     char *out;
@@ -529,8 +529,8 @@ DT_TEST_TIMEOUT(nn_vision_torch_conv_kernels, 120)
 static char *mobilenet_json(int size)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, PY " %s %d 2", dt_test_src_path("test/ref/mobilenet_v2_json.py"),
-             size);
+    dt_test_python_cmd(cmd, sizeof cmd, " %s %d 2",
+                       dt_test_src_path("test/ref/mobilenet_v2_json.py"), size);
     FILE *p = popen(cmd, "r");
     ASSERT_TRUE(p != NULL);
     size_t cap = 1u << 20, len = 0;
