@@ -10,19 +10,6 @@
 
 #include <stdio.h>
 
-/* GPU_EXPECT_CLOSE compared as doubles: test_gpu_util.h's goes through ASSERT_LE, which
- * compares as long long, so any error under 1 would pass there. */
-#define EXPECT_CLOSE(g, d, ref, n, tol)                                                            \
-    do {                                                                                           \
-        float *h_ = gpu_down(g, d, n);                                                             \
-        GPU_SYNC();                                                                                \
-        double e_ = gpu_rel_l2(h_, ref, n);                                                        \
-        if (!(e_ <= (tol)))                                                                        \
-            fprintf(stderr, "%s: relative L2 error %.3g > %.3g\n", #d, e_, (double)(tol));         \
-        free(h_);                                                                                  \
-        ASSERT_TRUE(e_ <= (tol));                                                                  \
-    } while (0)
-
 /* (rows, cols) */
 static const size_t shapes[][2] = {{1, 1},    {7, 3},   {64, 33},  {300, 65},
                                    {5000, 8}, {3, 300}, {1031, 70}};
@@ -101,16 +88,16 @@ DT_TEST(gpu_bn_fwd_matches_cpu)
                               mm, mv, 0.9f, 1e-3f, sm, sv, relu);
                     g->bn_fwd(training, dx, dy, rows, cols, affine ? dga : NULL,
                               affine ? dbe : NULL, dmm, dmv, 0.9f, 1e-3f, dsm, dsv, relu);
-                    EXPECT_CLOSE(g, dy, y, n, 1e-4);
+                    GPU_EXPECT_CLOSE(g, dy, y, n, 1e-4);
                     if (!training) /* the moving statistics: the CPU's operations exactly */
                         same_bits(g, dy, y, n, "bn_fwd inference");
                     if (training) {
-                        EXPECT_CLOSE(g, dsm, sm, (size_t)cols, 1e-4);
-                        EXPECT_CLOSE(g, dsv, sv, (size_t)cols, 1e-4);
+                        GPU_EXPECT_CLOSE(g, dsm, sm, (size_t)cols, 1e-4);
+                        GPU_EXPECT_CLOSE(g, dsv, sv, (size_t)cols, 1e-4);
                     }
                     /* inference must leave them alone: the CPU's are the inputs */
-                    EXPECT_CLOSE(g, dmm, mm, (size_t)cols, 1e-4);
-                    EXPECT_CLOSE(g, dmv, mv, (size_t)cols, 1e-4);
+                    GPU_EXPECT_CLOSE(g, dmm, mm, (size_t)cols, 1e-4);
+                    GPU_EXPECT_CLOSE(g, dmv, mv, (size_t)cols, 1e-4);
                     if (relu >= 0) { /* the clip took effect somewhere: the test sees it */
                         float *h = gpu_down(g, dy, n);
                         size_t zeros = 0;
@@ -177,10 +164,10 @@ DT_TEST(gpu_bn_bwd_matches_cpu)
                               d_sm, d_sv, 1e-3f, want_dx ? d_dx : NULL, acc, want_p ? d_dg : NULL,
                               want_p ? d_db : NULL, relu);
                     if (want_dx)
-                        EXPECT_CLOSE(g, d_dx, dxv, n, 1e-4);
+                        GPU_EXPECT_CLOSE(g, d_dx, dxv, n, 1e-4);
                     /* untouched when not wanted: still the random start on both sides */
-                    EXPECT_CLOSE(g, d_dg, dg, nc, 1e-4);
-                    EXPECT_CLOSE(g, d_db, db, nc, 1e-4);
+                    GPU_EXPECT_CLOSE(g, d_dg, dg, nc, 1e-4);
+                    GPU_EXPECT_CLOSE(g, d_db, db, nc, 1e-4);
                     float *bufs[] = {d_x, d_dy, d_ga, d_be, d_sm, d_sv, d_dx, d_dg, d_db};
                     for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++)
                         g->free(bufs[b]);
@@ -271,9 +258,9 @@ DT_TEST(gpu_ln_matches_cpu)
                 c->ln_fwd(x, y, xh, rs, rows, cols, affine ? ga : NULL, affine ? be : NULL, 1e-3f);
                 g->ln_fwd(d_x, d_y, d_xh, d_rs, rows, cols, affine ? d_ga : NULL,
                           affine ? d_be : NULL, 1e-3f);
-                EXPECT_CLOSE(g, d_y, y, n, 1e-5);
-                EXPECT_CLOSE(g, d_xh, xh, n, 1e-5);
-                EXPECT_CLOSE(g, d_rs, rs, rows, 1e-5);
+                GPU_EXPECT_CLOSE(g, d_y, y, n, 1e-5);
+                GPU_EXPECT_CLOSE(g, d_xh, xh, n, 1e-5);
+                GPU_EXPECT_CLOSE(g, d_rs, rs, rows, 1e-5);
                 /* the backward on the CPU's xhat and rstd, so it is tested on its own */
                 float *dxv = gpu_randn(n, 1.0f, seed + 4);
                 float *dg = gpu_randn(nc, 1.0f, seed + 5), *db = gpu_randn(nc, 1.0f, seed + 6);
@@ -288,9 +275,9 @@ DT_TEST(gpu_ln_matches_cpu)
                 g->ln_bwd(d_dy, d_xh2, d_rs2, rows, cols, affine ? d_ga : NULL,
                           want_dx ? d_dx : NULL, acc, want_p ? d_dg : NULL, want_p ? d_db : NULL);
                 if (want_dx)
-                    EXPECT_CLOSE(g, d_dx, dxv, n, 1e-5);
-                EXPECT_CLOSE(g, d_dg, dg, nc, 1e-5);
-                EXPECT_CLOSE(g, d_db, db, nc, 1e-5);
+                    GPU_EXPECT_CLOSE(g, d_dx, dxv, n, 1e-5);
+                GPU_EXPECT_CLOSE(g, d_dg, dg, nc, 1e-5);
+                GPU_EXPECT_CLOSE(g, d_db, db, nc, 1e-5);
                 float *bufs[] = {d_x,  d_ga,  d_be,  d_y,  d_xh, d_rs,
                                  d_dy, d_xh2, d_rs2, d_dx, d_dg, d_db};
                 for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++)
@@ -323,14 +310,14 @@ DT_TEST(gpu_norm_matches_cpu)
                 float *d_y = gpu_poison(g, n);
                 c->norm_fwd(x, y, mean, var, rows, cols, invert);
                 g->norm_fwd(d_x, d_y, d_m, d_v, rows, cols, invert);
-                EXPECT_CLOSE(g, d_y, y, n, 1e-5);
+                GPU_EXPECT_CLOSE(g, d_y, y, n, 1e-5);
                 same_bits(g, d_y, y, n, "norm_fwd");
                 float *dyv = gpu_randn(n, 1.0f, seed + 3), *dxv = gpu_randn(n, 1.0f, seed + 4);
                 float *d_dy = gpu_up(g, dyv, n);
                 float *d_dx = acc ? gpu_up(g, dxv, n) : gpu_poison(g, n);
                 c->norm_bwd(dyv, var, dxv, rows, cols, invert, acc);
                 g->norm_bwd(d_dy, d_v, d_dx, rows, cols, invert, acc);
-                EXPECT_CLOSE(g, d_dx, dxv, n, 1e-5);
+                GPU_EXPECT_CLOSE(g, d_dx, dxv, n, 1e-5);
                 same_bits(g, d_dx, dxv, n, "norm_bwd");
                 float *bufs[] = {d_x, d_m, d_v, d_y, d_dy, d_dx};
                 for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++)

@@ -10,19 +10,6 @@
 
 #include <stdio.h>
 
-/* GPU_EXPECT_CLOSE compared as doubles: test_gpu_util.h's goes through ASSERT_LE, which
- * compares as long long, so any error under 1 would pass there. */
-#define EXPECT_CLOSE(g, d, ref, n, tol)                                                            \
-    do {                                                                                           \
-        float *h_ = gpu_down(g, d, n);                                                             \
-        GPU_SYNC();                                                                                \
-        double e_ = gpu_rel_l2(h_, ref, n);                                                        \
-        if (!(e_ <= (tol)))                                                                        \
-            fprintf(stderr, "%s: relative L2 error %.3g > %.3g\n", #d, e_, (double)(tol));         \
-        free(h_);                                                                                  \
-        ASSERT_TRUE(e_ <= (tol));                                                                  \
-    } while (0)
-
 /* n floats uniform in [lo, hi), seeded; host, malloc'd */
 static float *uniform(size_t n, float lo, float hi, uint64_t seed)
 {
@@ -290,7 +277,7 @@ DT_TEST(gpu_regularize_matches_cpu)
             ASSERT_TRUE(ref > 0);
             ASSERT_TRUE(close_rel(got, ref, 1e-9));
             ASSERT_EQ(memcmp(&got, &again, sizeof(double)), 0);
-            EXPECT_CLOSE(g, d_g, gr, n, 1e-5);
+            GPU_EXPECT_CLOSE(g, d_g, gr, n, 1e-5);
             same_bits(g, d_g, gr, n, "regularize's gradient");
             g->free(d_w);
             g->free(d_g);
@@ -448,14 +435,14 @@ DT_TEST(gpu_update_matches_cpu)
                             same_bits(g, d_w, w, n, uc->name);
                         for (int i = 0; i < 3; i++)
                             if (sl[i]) {
-                                EXPECT_CLOSE(g, d_sl[i], sl[i], n, 1e-5);
+                                GPU_EXPECT_CLOSE(g, d_sl[i], sl[i], n, 1e-5);
                                 if (bits)
                                     same_bits(g, d_sl[i], sl[i], n, uc->name);
                                 g->free(d_sl[i]);
                                 free(sl[i]);
                             }
                         if (av) {
-                            EXPECT_CLOSE(g, d_av, av, n, 1e-5);
+                            GPU_EXPECT_CLOSE(g, d_av, av, n, 1e-5);
                             if (bits)
                                 same_bits(g, d_av, av, n, uc->name);
                             g->free(d_av);

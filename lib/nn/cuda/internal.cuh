@@ -91,6 +91,26 @@ template <typename T> __device__ inline T dt_cu_block_sum(T v, T *sh)
     return r;
 }
 
+/* Float operations rounded on their own, as the CPU's C11 code rounds them: nvcc would fuse a
+ * product into a following add (an FMA), which changes the bits, and a clip or comparison that
+ * follows can then flip. */
+static __device__ __forceinline__ float rmul(float a, float b)
+{
+    return __fmul_rn(a, b);
+}
+static __device__ __forceinline__ float radd(float a, float b)
+{
+    return __fadd_rn(a, b);
+}
+static __device__ __forceinline__ float rsub(float a, float b)
+{
+    return __fsub_rn(a, b);
+}
+static __device__ __forceinline__ float rdiv(float a, float b)
+{
+    return __fdiv_rn(a, b);
+}
+
 /* Each kernel file fills its entries. */
 void dt_cu_fill_mem(dt_nn_ops *o);   /* ctx.cu: alloc, free, upload, download */
 void dt_cu_fill_gemm(dt_nn_ops *o);  /* gemm.cu */

@@ -18,23 +18,6 @@
 
 /* --- helpers ---------------------------------------------------------------------------------- */
 
-static __device__ __forceinline__ float rmul(float a, float b)
-{
-    return __fmul_rn(a, b);
-}
-static __device__ __forceinline__ float radd(float a, float b)
-{
-    return __fadd_rn(a, b);
-}
-static __device__ __forceinline__ float rsub(float a, float b)
-{
-    return __fsub_rn(a, b);
-}
-static __device__ __forceinline__ float rdiv(float a, float b)
-{
-    return __fdiv_rn(a, b);
-}
-
 /* 1.0f / sqrtf(v + eps), as the CPU's batch norm computes its inverse deviation. */
 static __device__ __forceinline__ float inv_dev(float var, float eps)
 {

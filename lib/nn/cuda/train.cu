@@ -19,23 +19,6 @@
 #define KERAS_EPS 1e-7
 
 /* --- helpers ---------------------------------------------------------------------------------- */
-
-static __device__ __forceinline__ float rmul(float a, float b)
-{
-    return __fmul_rn(a, b);
-}
-static __device__ __forceinline__ float radd(float a, float b)
-{
-    return __fadd_rn(a, b);
-}
-static __device__ __forceinline__ float rsub(float a, float b)
-{
-    return __fsub_rn(a, b);
-}
-static __device__ __forceinline__ float rdiv(float a, float b)
-{
-    return __fdiv_rn(a, b);
-}
 static __device__ __forceinline__ float rsqrt_(float a)
 {
     return __fsqrt_rn(a);
