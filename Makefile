@@ -163,6 +163,36 @@ $(FAKEGPU_LIB): $(FAKEGPU_SRC) $(wildcard lib/nn/*.h lib/core/*.h lib/nn/cuda/ap
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -DDT_NN_GUARD_FAKE_GPU -shared \
 	  -o $@ $(FAKEGPU_SRC) $(LDFLAGS) $(shell pkg-config --libs openblas) -lm -lpthread
 
+# A host emulation of the CUDA backend for the tests: lib/nn/cuda/*.cu (every file: the real entry
+# point, binding code and kernels) rewritten by test/cudaemu/cu2cpp.py (the <<<>>> launches) and
+# compiled as C++ on the shim headers of test/cudaemu (CUDA runtime, cuBLAS over OpenBLAS, CUB's
+# radix sort), so the GPU tests run the real kernels in CI through DTRAIN_CUDA_LIB. Built when
+# python3 and g++ exist, without sanitizers (its fibers switch stacks). No contraction into FMA,
+# as the CPU code and the kernels' __f*_rn.
+EMU_CXX       ?= g++
+HAVE_CUDAEMU  := $(shell command -v python3 >/dev/null 2>&1 && command -v $(EMU_CXX) >/dev/null 2>&1 && echo 1)
+CUDAEMU_LIB   := $(BUILD)/libdtrain-cudaemu.so
+CUDAEMU_HDR   := $(wildcard test/cudaemu/*.h test/cudaemu/cub/*/*.cuh) lib/nn/cuda/internal.cuh \
+                 lib/nn/cuda/api.h $(wildcard lib/nn/*.h lib/core/*.h)
+CUDAEMU_OBJ   := $(patsubst lib/nn/cuda/%.cu,$(BUILD)/cudaemu/%.o,$(CUDA_SRC)) $(BUILD)/cudaemu/emu_rt.o
+CUDAEMU_FLAGS := -std=c++17 -O2 -g -fPIC -fvisibility=hidden -ffp-contract=off -fno-math-errno \
+                 -Wall -Wextra -Werror -pthread -Itest/cudaemu -Ilib $(shell pkg-config --cflags openblas)
+.SECONDARY: $(patsubst lib/nn/cuda/%.cu,$(BUILD)/cudaemu/%.cpp,$(CUDA_SRC))
+$(BUILD)/cudaemu/%.cpp: lib/nn/cuda/%.cu test/cudaemu/cu2cpp.py lib/nn/cuda/internal.cuh
+	@mkdir -p $(BUILD)/cudaemu
+	$(Q)python3 test/cudaemu/cu2cpp.py $< $@ lib/nn/cuda/internal.cuh
+$(BUILD)/cudaemu/%.o: $(BUILD)/cudaemu/%.cpp $(CUDAEMU_HDR)
+	@echo "  CXX     $@"
+	$(Q)$(EMU_CXX) $(CUDAEMU_FLAGS) -c -o $@ $<
+$(BUILD)/cudaemu/emu_rt.o: test/cudaemu/emu_rt.cpp $(CUDAEMU_HDR)
+	@mkdir -p $(BUILD)/cudaemu
+	@echo "  CXX     $@"
+	$(Q)$(EMU_CXX) $(CUDAEMU_FLAGS) -c -o $@ $<
+$(CUDAEMU_LIB): $(CUDAEMU_OBJ)
+	@echo "  LD      $@"
+	$(Q)$(EMU_CXX) -shared -pthread -o $@ $^ $(shell pkg-config --libs openblas) -lm \
+	  -Wl,--no-undefined
+
 # Every DT_TEST(name) / DT_TEST_TIMEOUT(name, s) in test/unit/*.c becomes one runner entry.
 $(BUILD)/gen/test_list.h: $(TEST_SRC) Makefile
 	@mkdir -p $(BUILD)/gen
@@ -173,7 +203,7 @@ $(BUILD)/gen/test_list.h: $(TEST_SRC) Makefile
 
 $(BUILD)/obj/test/runner.o: $(BUILD)/gen/test_list.h
 
-$(BUILD)/dt_test: $(patsubst %.c,$(BUILD)/obj/%.o,test/runner.c $(TEST_SRC)) $(LIBDTRAIN) | $(FAKEGPU_LIB)
+$(BUILD)/dt_test: $(patsubst %.c,$(BUILD)/obj/%.o,test/runner.c $(TEST_SRC)) $(LIBDTRAIN) | $(FAKEGPU_LIB) $(if $(HAVE_CUDAEMU),$(CUDAEMU_LIB))
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

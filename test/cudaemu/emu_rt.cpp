@@ -1,0 +1,573 @@
+/*
+ * emu_rt.cpp - the host emulator's runtime (see cuda_runtime.h for what it is and is not):
+ * devices, memory, errors, the cuBLAS shim, and the fibers that run a block whose kernel meets
+ * at barriers.
+ *
+ * Fibers: one per CUDA thread of the block, each on its own stack, made once with makecontext
+ * and switched with swapcontext. A fiber loops forever: run the kernel body for the thread it
+ * is given, report done, wait; so a block costs switches, not context set-ups.
+ * The scheduler resumes, round after round, every live thread that is not waiting at
+ * __syncthreads; when none can move, the barrier opens. A barrier that some threads of the
+ * block reach after others have exited, or a shuffle whose source lane is not at the same
+ * shuffle, is a kernel bug: the launch stops and the thread's error names the kernel.
+ */
+#include "nn/cuda/internal.cuh"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+std::mutex emu_launch_mutex;
+
+/* --- errors --------------------------------------------------------------------------------- */
+
+static thread_local cudaError_t last_error = cudaSuccess;
+
+void emu_set_error(cudaError_t e)
+{
+    if (last_error == cudaSuccess)
+        last_error = e;
+}
+
+cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+    return last_error;
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess:
+        return "no error";
+    case cudaErrorInvalidValue:
+        return "invalid argument";
+    case cudaErrorMemoryAllocation:
+        return "out of memory";
+    case cudaErrorInvalidConfiguration:
+        return "invalid configuration argument";
+    case cudaErrorInsufficientDriver:
+        return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice:
+        return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+        return "invalid device ordinal";
+    case cudaErrorLaunchFailure:
+        return "unspecified launch failure";
+    }
+    return "unknown error";
+}
+
+/* --- devices, streams, memory --------------------------------------------------------------- */
+
+static int emu_gpus(void)
+{
+    const char *e = getenv("DTRAIN_EMU_GPUS");
+    if (!e || !*e)
+        return 1;
+    int n = atoi(e);
+    return n < 0 ? 0 : n > 64 ? 64 : n;
+}
+
+static thread_local int current_dev;
+
+cudaError_t cudaGetDeviceCount(int *count)
+{
+    *count = emu_gpus();
+    return *count ? cudaSuccess : cudaErrorNoDevice;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
+{
+    if (dev < 0 || dev >= emu_gpus())
+        return cudaErrorInvalidDevice;
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "dtrain CUDA emulator (host CPU)");
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 1;
+    p->totalGlobalMem = (size_t)16 << 30;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int dev)
+{
+    if (dev < 0 || dev >= emu_gpus())
+        return cudaErrorInvalidDevice;
+    current_dev = dev;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *dev)
+{
+    *dev = current_dev;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v)
+{
+    *v = 13000;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v)
+{
+    *v = 13000;
+    return cudaSuccess;
+}
+
+/* Streams are synchronous: a handle is only something to create and destroy. */
+struct CUstream_st {
+    int dev;
+};
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    (void)flags;
+    *s = (cudaStream_t)calloc(1, sizeof(CUstream_st));
+    if (!*s)
+        return cudaErrorMemoryAllocation;
+    (*s)->dev = current_dev;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    return cudaStreamCreateWithFlags(s, 0);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    free(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    (void)s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    return cudaSuccess;
+}
+
+/* Fresh device memory is garbage on a GPU: 0xff bytes (float NaN) here, so a kernel that reads
+ * what nobody wrote shows in the results (ctx.cu's alloc zeroes its buffers itself). */
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p)
+        return cudaErrorMemoryAllocation;
+    memset(*p, 0xff, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    return cudaMalloc(p, bytes);
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s)
+{
+    (void)kind, (void)s;
+    if (bytes && (!dst || !src))
+        return cudaErrorInvalidValue;
+    if (bytes)
+        memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
+{
+    return cudaMemcpyAsync(dst, src, bytes, kind, 0);
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
+{
+    (void)s;
+    if (bytes && !p)
+        return cudaErrorInvalidValue;
+    if (bytes)
+        memset(p, v, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t bytes)
+{
+    return cudaMemsetAsync(p, v, bytes, 0);
+}
+
+/* --- cuBLAS --------------------------------------------------------------------------------- */
+
+struct cublasContext {
+    cudaStream_t stream;
+    cublasMath_t math;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t *h)
+{
+    *h = (cublasHandle_t)calloc(1, sizeof(cublasContext));
+    return *h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t h)
+{
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
+{
+    if (!h)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m)
+{
+    if (!h)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->math = m;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+const char *cublasGetStatusString(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS:
+        return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+        return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "CUBLAS_STATUS_INVALID_VALUE";
+    }
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+
+static CBLAS_TRANSPOSE trans(cublasOperation_t op)
+{
+    return op == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
+}
+
+/* Column-major: op(A) is m x k, op(B) k x n, C m x n; lda >= rows of A as stored. */
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, const float *alpha, const float *a, int lda,
+                           const float *b, int ldb, const float *beta, float *c, int ldc)
+{
+    if (!h)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    int arows = ta == CUBLAS_OP_N ? m : k, brows = tb == CUBLAS_OP_N ? k : n;
+    if (m < 0 || n < 0 || k < 0 || lda < std::max(1, arows) || ldb < std::max(1, brows) ||
+        ldc < std::max(1, m) || !alpha || !beta)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0)
+        return CUBLAS_STATUS_SUCCESS;
+    cblas_sgemm(CblasColMajor, trans(ta), trans(tb), m, n, k, *alpha, a, lda, b, ldb, *beta, c,
+                ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* --- launch checks -------------------------------------------------------------------------- */
+
+bool emu_launch_ok(const emu_config &c, const char *name)
+{
+    size_t threads = (size_t)c.b.x * c.b.y * c.b.z;
+    if (!c.g.x || !c.g.y || !c.g.z || !threads || threads > 1024 || c.b.z > 64 || c.g.y > 65535 ||
+        c.g.z > 65535) {
+        char m[160];
+        snprintf(m, sizeof m, "emulator: launch of %s with grid (%u, %u, %u), block (%u, %u, %u)",
+                 name, c.g.x, c.g.y, c.g.z, c.b.x, c.b.y, c.b.z);
+        dt_cu_fail(name, __FILE__, __LINE__, m);
+        emu_set_error(cudaErrorInvalidConfiguration);
+        return false;
+    }
+    return true;
+}
+
+/* --- fibers --------------------------------------------------------------------------------- */
+
+enum { F_RUN, F_SYNC, F_SHFL, F_DONE };
+#define MAX_THREADS 1024
+#define STACK_BYTES (256u << 10)
+
+struct fiber {
+#if defined(__x86_64__)
+    void *sp; /* where the fiber resumes */
+#else
+    ucontext_t uc;
+#endif
+    char *stack;
+    bool made; /* has a context looping in fiber_main */
+    int state;
+    unsigned shfl_seq;
+    uint64_t shfl_val;
+};
+
+/* All of it is used under emu_launch_mutex, from one OS thread at a time. */
+static fiber fibers[MAX_THREADS];
+static fiber *cur;
+static void (*job_body)(void *);
+static void *job_arg;
+static const char *job_name;
+static char job_err[200];
+
+#if defined(__x86_64__)
+/* The switch: push the callee-saved registers, swap stack pointers, pop the other side's. No
+ * signal mask to save (swapcontext makes a system call per switch for it, which made the
+ * barrier kernels' tests ten times slower). */
+extern "C" void emu_switch(void **save_sp, void *to_sp);
+__asm__(".text\n"
+        ".globl emu_switch\n"
+        ".hidden emu_switch\n"
+        ".type emu_switch,@function\n"
+        "emu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size emu_switch, .-emu_switch\n");
+static void *sched_sp;
+#define TO_SCHED(f) emu_switch(&(f)->sp, sched_sp)
+#define TO_FIBER(f) emu_switch(&sched_sp, (f)->sp)
+#else
+static ucontext_t sched_uc;
+#define TO_SCHED(f) swapcontext(&(f)->uc, &sched_uc)
+#define TO_FIBER(f) swapcontext(&sched_uc, &(f)->uc)
+#endif
+
+/* Into the scheduler; returns when the scheduler resumes this fiber. */
+static void yield(int state)
+{
+    fiber *me = cur;
+    me->state = state;
+    TO_SCHED(me);
+}
+
+/* A fiber's life: one block's thread per resumption, forever. */
+static void fiber_main(void)
+{
+    for (;;) {
+        job_body(job_arg);
+        yield(F_DONE);
+    }
+}
+
+static void make_fiber(fiber *f)
+{
+    if (!f->stack)
+        f->stack = (char *)malloc(STACK_BYTES);
+    if (!f->stack) {
+        fprintf(stderr, "cudaemu: out of memory for a fiber stack\n");
+        abort();
+    }
+#if defined(__x86_64__)
+    /* what emu_switch pops: six registers, then fiber_main as the return address, with the
+     * stack 16-byte aligned after that return as at any function's entry */
+    uintptr_t top = ((uintptr_t)f->stack + STACK_BYTES) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = NULL; /* fiber_main's own return address: it never returns */
+    *--sp = (void *)fiber_main;
+    for (int i = 0; i < 6; i++)
+        *--sp = NULL;
+    f->sp = sp;
+#else
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = f->stack;
+    f->uc.uc_stack.ss_size = STACK_BYTES;
+    f->uc.uc_link = NULL;
+    makecontext(&f->uc, fiber_main, 0);
+#endif
+    f->made = true;
+}
+
+static void resume(fiber *f)
+{
+    cur = f;
+    TO_FIBER(f);
+}
+
+static void set_tid(unsigned t)
+{
+    threadIdx.x = t % blockDim.x;
+    threadIdx.y = (t / blockDim.x) % blockDim.y;
+    threadIdx.z = t / (blockDim.x * blockDim.y);
+}
+
+/* Runs one block; false with job_err set when the kernel broke a barrier's rules. */
+static bool run_block(unsigned nt)
+{
+    for (unsigned t = 0; t < nt; t++) {
+        fibers[t].state = F_RUN;
+        fibers[t].shfl_seq = 0;
+    }
+    for (;;) {
+        unsigned live = 0, done = 0, moved = 0;
+        for (unsigned t = 0; t < nt; t++) {
+            fiber *f = &fibers[t];
+            if (f->state == F_DONE) {
+                done++;
+                continue;
+            }
+            live++;
+            if (f->state == F_SYNC)
+                continue;
+            set_tid(t);
+            resume(f);
+            moved++;
+            if (job_err[0])
+                return false;
+        }
+        if (!live)
+            return true;
+        if (moved)
+            continue;
+        /* everyone live waits at __syncthreads: the barrier opens */
+        if (done) {
+            snprintf(job_err, sizeof job_err,
+                     "emulator: %u threads of a block wait at __syncthreads after %u exited "
+                     "(a barrier in divergent code)",
+                     live, done);
+            return false;
+        }
+        for (unsigned t = 0; t < nt; t++)
+            fibers[t].state = F_RUN;
+    }
+}
+
+void emu_run_fibers(const emu_config &c, const char *name, void (*body)(void *), void *arg)
+{
+    unsigned nt = c.b.x * c.b.y * c.b.z;
+    gridDim = c.g;
+    blockDim = c.b;
+    job_body = body;
+    job_arg = arg;
+    job_name = name;
+    job_err[0] = '\0';
+    for (unsigned t = 0; t < nt; t++)
+        if (!fibers[t].made)
+            make_fiber(&fibers[t]);
+    for (unsigned bz = 0; bz < c.g.z; bz++)
+        for (unsigned by = 0; by < c.g.y; by++)
+            for (unsigned bx = 0; bx < c.g.x; bx++) {
+                blockIdx = uint3{bx, by, bz};
+                if (run_block(nt))
+                    continue;
+                /* the block's fibers are abandoned mid-kernel: remake them next time */
+                for (unsigned t = 0; t < nt; t++)
+                    if (fibers[t].state != F_DONE)
+                        fibers[t].made = false;
+                char m[300];
+                snprintf(m, sizeof m, "%s (block %u, %u, %u)", job_err, bx, by, bz);
+                dt_cu_fail(name, __FILE__, __LINE__, m);
+                emu_set_error(cudaErrorLaunchFailure);
+                cur = NULL;
+                return;
+            }
+    cur = NULL;
+}
+
+static bool in_fiber(const char *what)
+{
+    if (cur)
+        return true;
+    char m[160];
+    snprintf(m, sizeof m, "emulator: %s in a kernel run as a loop (cu2cpp.py missed it)", what);
+    dt_cu_fail(what, __FILE__, __LINE__, m);
+    emu_set_error(cudaErrorLaunchFailure);
+    return false;
+}
+
+void __syncthreads(void)
+{
+    if (in_fiber("__syncthreads"))
+        yield(F_SYNC);
+}
+
+/* The predicate forms: each thread publishes in its shuffle slot, then all meet twice. */
+static int sync_pred(int pred, int mode)
+{
+    if (!in_fiber("__syncthreads_count"))
+        return 0;
+    cur->shfl_val = pred != 0;
+    yield(F_SYNC);
+    unsigned nt = blockDim.x * blockDim.y * blockDim.z, n = 0;
+    for (unsigned t = 0; t < nt; t++)
+        n += (unsigned)fibers[t].shfl_val;
+    yield(F_SYNC);
+    return mode == 0 ? (int)n : mode == 1 ? n > 0 : n == nt;
+}
+
+int __syncthreads_count(int pred)
+{
+    return sync_pred(pred, 0);
+}
+
+int __syncthreads_or(int pred)
+{
+    return sync_pred(pred, 1);
+}
+
+int __syncthreads_and(int pred)
+{
+    return sync_pred(pred, 2);
+}
+
+uint64_t emu_shfl(unsigned mask, uint64_t bits, int lane)
+{
+    if (!in_fiber("a warp shuffle"))
+        return bits;
+    fiber *me = cur;
+    unsigned t = (unsigned)(me - fibers), nt = blockDim.x * blockDim.y * blockDim.z;
+    if (mask != 0xffffffffu && !job_err[0])
+        snprintf(job_err, sizeof job_err, "emulator: a shuffle with mask %#x (only full warps)",
+                 mask);
+    me->shfl_val = bits;
+    me->shfl_seq++;
+    yield(F_SHFL); /* every lane publishes */
+    uint64_t r = bits;
+    if (lane >= 0) {
+        unsigned src = (t & ~31u) + (unsigned)lane;
+        if (src >= nt || fibers[src].shfl_seq != me->shfl_seq) {
+            if (!job_err[0])
+                snprintf(job_err, sizeof job_err,
+                         "emulator: thread %u shuffles from thread %u, which is not at the same "
+                         "shuffle (exited, or diverged)",
+                         t, src);
+        } else {
+            r = fibers[src].shfl_val;
+        }
+    }
+    yield(F_SHFL); /* every lane has read before anyone publishes again */
+    return r;
+}

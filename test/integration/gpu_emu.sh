@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# timeout: 300
+# The real CUDA kernels in CI: every gpu_ unit test on build/libdtrain-cudaemu.so, the backend
+# built from lib/nn/cuda/*.cu (all of them: ctx.cu's binding and entry point, gemm.cu's cuBLAS
+# call, every kernel) on the host emulator of test/cudaemu. None may skip: the count of "ok"
+# lines must equal the number of gpu_ tests, and loader's line must name the emulated device.
+# Skips (7) only when the build made no emulator (no python3 or g++).
+source "$(dirname "$0")/lib.sh"
+
+emu=$DT_SRC_DIR/build/libdtrain-cudaemu.so
+[[ -f $emu ]] || dt_skip "no $emu (the build makes it only where python3 and g++ exist)"
+# the backend's tests (gpu_*): service_gpu_* run on the stand-in library whatever is set here
+mapfile -t names < <("$DT_SRC_DIR/build/dt_test" --unit --list gpu_ | grep '^gpu_')
+tests=${#names[@]}
+[[ $tests -gt 0 ]] || dt_fail "no gpu_ unit tests listed"
+
+rc=0
+DTRAIN_CUDA_LIB=$emu DTRAIN_EMU_GPUS=1 "$DT_SRC_DIR/build/dt_test" -j 1 --unit "${names[@]}" \
+  >"$DT_TEST_TMP/gpu.log" 2>&1 || rc=$?
+cat "$DT_TEST_TMP/gpu.log"
+dt_assert_eq "$rc" 0 "the gpu_ tests on the emulator"
+ok=$(grep -c '^ok ' "$DT_TEST_TMP/gpu.log" || true)
+dt_assert_eq "$ok" "$tests" "gpu_ tests passed on the emulator (none skipped)"
+# the loader's test saw the emulated device (not a skip, not a real GPU); two devices with
+# DTRAIN_EMU_GPUS=2
+DTRAIN_CUDA_LIB=$emu DTRAIN_EMU_GPUS=2 "$DT_SRC_DIR/build/dt_test" --run-one gpu_loader_says_why \
+  >"$DT_TEST_TMP/loader.log" 2>&1 || dt_fail "gpu_loader_says_why with two emulated GPUs"
+cat "$DT_TEST_TMP/loader.log"
+dt_assert_contains "$DT_TEST_TMP/loader.log" "^2 GPU\\(s\\); /gpu:0 dtrain CUDA emulator" \
+  "the loader test's device line"
