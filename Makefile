@@ -174,7 +174,8 @@ HAVE_CUDAEMU  := $(shell command -v python3 >/dev/null 2>&1 && command -v $(EMU_
 CUDAEMU_LIB   := $(BUILD)/libdtrain-cudaemu.so
 CUDAEMU_HDR   := $(wildcard test/cudaemu/*.h test/cudaemu/cub/*/*.cuh) lib/nn/cuda/internal.cuh \
                  lib/nn/cuda/api.h $(wildcard lib/nn/*.h lib/core/*.h)
-CUDAEMU_OBJ   := $(patsubst lib/nn/cuda/%.cu,$(BUILD)/cudaemu/%.o,$(CUDA_SRC)) $(BUILD)/cudaemu/emu_rt.o
+CUDAEMU_OBJ   := $(patsubst lib/nn/cuda/%.cu,$(BUILD)/cudaemu/%.o,$(CUDA_SRC)) \
+                 $(patsubst test/cudaemu/%.cpp,$(BUILD)/cudaemu/%.o,$(wildcard test/cudaemu/*.cpp))
 CUDAEMU_FLAGS := -std=c++17 -O2 -g -fPIC -fvisibility=hidden -ffp-contract=off -fno-math-errno \
                  -Wall -Wextra -Werror -pthread -Itest/cudaemu -Ilib $(shell pkg-config --cflags openblas)
 .SECONDARY: $(patsubst lib/nn/cuda/%.cu,$(BUILD)/cudaemu/%.cpp,$(CUDA_SRC))
@@ -184,7 +185,7 @@ $(BUILD)/cudaemu/%.cpp: lib/nn/cuda/%.cu test/cudaemu/cu2cpp.py lib/nn/cuda/inte
 $(BUILD)/cudaemu/%.o: $(BUILD)/cudaemu/%.cpp $(CUDAEMU_HDR)
 	@echo "  CXX     $@"
 	$(Q)$(EMU_CXX) $(CUDAEMU_FLAGS) -c -o $@ $<
-$(BUILD)/cudaemu/emu_rt.o: test/cudaemu/emu_rt.cpp $(CUDAEMU_HDR)
+$(BUILD)/cudaemu/emu_%.o: test/cudaemu/emu_%.cpp $(CUDAEMU_HDR)
 	@mkdir -p $(BUILD)/cudaemu
 	@echo "  CXX     $@"
 	$(Q)$(EMU_CXX) $(CUDAEMU_FLAGS) -c -o $@ $<

@@ -39,7 +39,6 @@ using std::min;
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__    __attribute__((noinline))
 #define __shared__      static
 #define __launch_bounds__(...)
 
@@ -126,6 +125,20 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s = 0);
 cudaError_t cudaMemset(void *p, int v, size_t bytes);
+enum cudaMemoryType {
+    cudaMemoryTypeUnregistered = 0,
+    cudaMemoryTypeHost = 1,
+    cudaMemoryTypeDevice = 2,
+    cudaMemoryTypeManaged = 3,
+};
+struct cudaPointerAttributes {
+    cudaMemoryType type;
+    int device;
+    void *devicePointer, *hostPointer;
+};
+/* Device memory by range (an interior pointer is its allocation's), pinned host memory, or
+ * anything else (unregistered). */
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p);
 template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t bytes)
 {
     return cudaMalloc((void **)p, bytes);

@@ -14,6 +14,7 @@
 #include "nn/cuda/internal.cuh"
 
 #include <cblas.h>
+#include <map>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,31 +166,79 @@ cudaError_t cudaDeviceSynchronize(void)
     return cudaSuccess;
 }
 
-/* Fresh device memory is garbage on a GPU: 0xff bytes (float NaN) here, so a kernel that reads
- * what nobody wrote shows in the results (ctx.cu's alloc zeroes its buffers itself). */
-cudaError_t cudaMalloc(void **p, size_t bytes)
+/* Every allocation, by address: cudaPointerGetAttributes tells device memory (and whose) from
+ * pinned host memory, as nccl.cu asks. */
+struct alloc_rec {
+    size_t bytes;
+    int dev;
+    bool host;
+};
+static std::mutex allocs_mu;
+static std::map<uintptr_t, alloc_rec> allocs;
+
+static cudaError_t emu_alloc(void **p, size_t bytes, bool host)
 {
     *p = malloc(bytes ? bytes : 1);
     if (!*p)
         return cudaErrorMemoryAllocation;
+    /* Fresh device memory is garbage on a GPU: 0xff bytes (float NaN) here, so a kernel that
+     * reads what nobody wrote shows in the results (ctx.cu's alloc zeroes its buffers). */
     memset(*p, 0xff, bytes);
+    std::lock_guard<std::mutex> l(allocs_mu);
+    allocs[(uintptr_t)*p] = alloc_rec{bytes ? bytes : 1, current_dev, host};
     return cudaSuccess;
+}
+
+static cudaError_t emu_free(void *p, bool host)
+{
+    if (!p)
+        return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> l(allocs_mu);
+        auto it = allocs.find((uintptr_t)p);
+        if (it == allocs.end() || it->second.host != host)
+            return cudaErrorInvalidValue; /* not ours, or the other kind's free */
+        allocs.erase(it);
+    }
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    return emu_alloc(p, bytes, false);
 }
 
 cudaError_t cudaFree(void *p)
 {
-    free(p);
-    return cudaSuccess;
+    return emu_free(p, false);
 }
 
 cudaError_t cudaMallocHost(void **p, size_t bytes)
 {
-    return cudaMalloc(p, bytes);
+    return emu_alloc(p, bytes, true);
 }
 
 cudaError_t cudaFreeHost(void *p)
 {
-    free(p);
+    return emu_free(p, true);
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p)
+{
+    memset(a, 0, sizeof *a);
+    a->device = -2;
+    std::lock_guard<std::mutex> l(allocs_mu);
+    auto it = allocs.upper_bound((uintptr_t)p);
+    if (it == allocs.begin())
+        return cudaSuccess;
+    --it;
+    if ((uintptr_t)p >= it->first + it->second.bytes)
+        return cudaSuccess;
+    a->type = it->second.host ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+    a->device = it->second.dev;
+    a->devicePointer = it->second.host ? NULL : (void *)p;
+    a->hostPointer = it->second.host ? (void *)p : NULL;
     return cudaSuccess;
 }
 

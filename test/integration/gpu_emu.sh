@@ -3,7 +3,9 @@
 # The real CUDA kernels in CI: every gpu_ unit test on build/libdtrain-cudaemu.so, the backend
 # built from lib/nn/cuda/*.cu (all of them: ctx.cu's binding and entry point, gemm.cu's cuBLAS
 # call, every kernel) on the host emulator of test/cudaemu. None may skip: the count of "ok"
-# lines must equal the number of gpu_ tests, and loader's line must name the emulated device.
+# lines must equal the number of gpu_ tests (but for gpu_nccl_new_says_why, the no-GPU path's
+# test, which skips where there is a GPU), and the loader's line must name the emulated device.
+# The NCCL tests run again on 4 emulated GPUs (one clique member each).
 # Skips (7) only when the build made no emulator (no python3 or g++).
 source "$(dirname "$0")/lib.sh"
 
@@ -19,8 +21,19 @@ DTRAIN_CUDA_LIB=$emu DTRAIN_EMU_GPUS=1 "$DT_SRC_DIR/build/dt_test" -j 1 --unit "
   >"$DT_TEST_TMP/gpu.log" 2>&1 || rc=$?
 cat "$DT_TEST_TMP/gpu.log"
 dt_assert_eq "$rc" 0 "the gpu_ tests on the emulator"
+# the only skip allowed is the test of the no-GPU path, which skips where a GPU is visible
 ok=$(grep -c '^ok ' "$DT_TEST_TMP/gpu.log" || true)
-dt_assert_eq "$ok" "$tests" "gpu_ tests passed on the emulator (none skipped)"
+gpu_here=$(grep -c '^skip .*a GPU is here' "$DT_TEST_TMP/gpu.log" || true)
+dt_assert_eq "$gpu_here" 1 "gpu_nccl_new_says_why's skip (a GPU is here)"
+dt_assert_eq "$((ok + gpu_here))" "$tests" "gpu_ tests passed on the emulator (none skipped)"
+
+# NCCL cliques over distinct emulated devices (above: several ranks on /gpu:0)
+rc=0
+DTRAIN_CUDA_LIB=$emu DTRAIN_EMU_GPUS=4 "$DT_SRC_DIR/build/dt_test" -j 1 --unit gpu_nccl_ \
+  >"$DT_TEST_TMP/nccl.log" 2>&1 || rc=$?
+cat "$DT_TEST_TMP/nccl.log"
+dt_assert_eq "$rc" 0 "the gpu_nccl_ tests on 4 emulated GPUs"
+dt_assert_eq "$(grep -c '^ok ' "$DT_TEST_TMP/nccl.log" || true)" 3 "gpu_nccl_ tests passed on 4 GPUs"
 # the loader's test saw the emulated device (not a skip, not a real GPU); two devices with
 # DTRAIN_EMU_GPUS=2
 DTRAIN_CUDA_LIB=$emu DTRAIN_EMU_GPUS=2 "$DT_SRC_DIR/build/dt_test" --run-one gpu_loader_says_why \
