@@ -407,20 +407,45 @@ __asm__(".text\n"
         "  ret\n"
         ".size emu_switch, .-emu_switch\n");
 static void *sched_sp;
-#define TO_SCHED(f) emu_switch(&(f)->sp, sched_sp)
-#define TO_FIBER(f) emu_switch(&sched_sp, (f)->sp)
+#define TO_SCHED(f)    emu_switch(&(f)->sp, sched_sp)
+#define TO_FIBER(f)    emu_switch(&sched_sp, (f)->sp)
+#define TO_NEXT(f, nx) emu_switch(&(f)->sp, (nx)->sp)
 #else
 static ucontext_t sched_uc;
-#define TO_SCHED(f) swapcontext(&(f)->uc, &sched_uc)
-#define TO_FIBER(f) swapcontext(&sched_uc, &(f)->uc)
+#define TO_SCHED(f)    swapcontext(&(f)->uc, &sched_uc)
+#define TO_FIBER(f)    swapcontext(&sched_uc, &(f)->uc)
+#define TO_NEXT(f, nx) swapcontext(&(f)->uc, &(nx)->uc)
 #endif
 
-/* Into the scheduler; returns when the scheduler resumes this fiber. */
+static unsigned block_nt, round_moved; /* the block's threads; resumptions this round */
+static void set_tid(unsigned t);
+
+/* The first thread at or after t that can run in this round: a round resumes the threads in
+ * index order, so those after the current one have not run in it yet. */
+static fiber *runnable(unsigned t)
+{
+    for (; t < block_nt; t++)
+        if (fibers[t].state != F_DONE && fibers[t].state != F_SYNC)
+            return &fibers[t];
+    return NULL;
+}
+
+/* Out of the kernel until the scheduler's next round reaches this thread: straight into the
+ * round's next thread (half the switches of going through the scheduler), or back to the
+ * scheduler at the round's end. */
 static void yield(int state)
 {
     fiber *me = cur;
     me->state = state;
-    TO_SCHED(me);
+    fiber *nx = job_err[0] ? NULL : runnable((unsigned)(me - fibers) + 1);
+    if (!nx) {
+        TO_SCHED(me);
+        return;
+    }
+    cur = nx;
+    set_tid((unsigned)(nx - fibers));
+    round_moved++;
+    TO_NEXT(me, nx);
 }
 
 /* A fiber's life: one block's thread per resumption, forever. */
@@ -476,30 +501,31 @@ static void set_tid(unsigned t)
 /* Runs one block; false with job_err set when the kernel broke a barrier's rules. */
 static bool run_block(unsigned nt)
 {
+    block_nt = nt;
     for (unsigned t = 0; t < nt; t++) {
         fibers[t].state = F_RUN;
         fibers[t].shfl_seq = 0;
     }
     for (;;) {
-        unsigned live = 0, done = 0, moved = 0;
+        round_moved = 0;
+        fiber *first = runnable(0);
+        if (first) {
+            set_tid((unsigned)(first - fibers));
+            round_moved++;
+            resume(first); /* the round: each runnable thread in turn, then back here */
+        }
+        if (job_err[0])
+            return false;
+        unsigned live = 0, done = 0;
         for (unsigned t = 0; t < nt; t++) {
-            fiber *f = &fibers[t];
-            if (f->state == F_DONE) {
+            if (fibers[t].state == F_DONE)
                 done++;
-                continue;
-            }
-            live++;
-            if (f->state == F_SYNC)
-                continue;
-            set_tid(t);
-            resume(f);
-            moved++;
-            if (job_err[0])
-                return false;
+            else
+                live++;
         }
         if (!live)
             return true;
-        if (moved)
+        if (round_moved)
             continue;
         /* everyone live waits at __syncthreads: the barrier opens */
         if (done) {
