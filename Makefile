@@ -4,6 +4,7 @@
 #   make deps       install the Debian packages the build, tests and demo need (apt-get as root)
 #   make test       build, then run every test; the last line is "N passed, N failed, N skipped"
 #   make test-faults  the long fault-injection runs (chaos in netns, 20 chief restarts)
+#   make test-guard the nn unit tests on the guarded ops table (DTRAIN_OPS=guard: GPU memory rules)
 #   make asan       the same tests under -fsanitize=address,undefined (build in build/asan)
 #   make demo       train the Fashion-MNIST CNN on 2 local daemons
 #   make demo-text  train an Embedding + LSTM text classifier on Debian's package descriptions
@@ -107,7 +108,7 @@ $(CUDA_LIB): $(CUDA_OBJ)
 	$(Q)$(NVCC) $(CUDA_ARCH) -shared -o $@ $^ -cudart static $(NCCL_LDFLAGS) -lcublas -Xlinker -l:libnccl.so.2 \
 	  -Xlinker -rpath=$(CUDA_HOME)/lib64 -Xlinker --no-undefined
 
-.PHONY: all deps deps-check test test-faults asan demo demo-text bench format clean features
+.PHONY: all deps deps-check test test-faults test-guard asan demo demo-text bench format clean features
 all: features $(BIN)/dtraind $(BIN)/dtrain $(BUILD)/dt_test
 
 features:
@@ -224,6 +225,12 @@ test: deps-check
 test-faults: deps-check
 	@$(MAKE) --no-print-directory all
 	@DT_SRC_DIR=$(CURDIR) DT_BIN_DIR=$(CURDIR)/$(BIN) $(BUILD)/dt_test --suite faults $(TEST_ARGS)
+
+# The guard faults on every host access to model memory, at two mprotect calls a kernel: the
+# nn tests take 2-3 times as long, so they run apart from make test (CI runs both).
+test-guard: deps-check
+	@$(MAKE) --no-print-directory all
+	@DT_SRC_DIR=$(CURDIR) DT_BIN_DIR=$(CURDIR)/$(BIN) $(BUILD)/dt_test --suite guard $(TEST_ARGS)
 
 asan: deps-check
 	@$(MAKE) --no-print-directory SANITIZE=address BUILD=build/asan BIN=build/asan/bin all

@@ -11,7 +11,7 @@
 # slower than on the CPU table: these 76 tests took 148 s on a loaded 2-core machine, hence the
 # timeout. The train_ tests and the rest of nn_ pass under the guard too but are left out for
 # time (run them all with: DTRAIN_OPS=guard build/dt_test --unit nn_ train_).
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../integration/lib.sh"
 
 pats=(nn_parity nn_grad _grad_ nn_vision nn_rnn nn_attn nn_seq nn_groups nn_deconv)
 rc=0
