@@ -1,6 +1,7 @@
 /* ops_cpu_rnn.c - CPU kernels of the recurrent cells: the element-wise part of one timestep,
  * forward and backward (the layer runs the GEMMs around it). Contracts are those of
  * dt_nn_rnn_step in nn/ops.h. */
+#include "nn/cell_act.h"
 #include "nn/ops_cpu.h"
 
 #include <math.h>
@@ -87,25 +88,6 @@ VEC_CLONES static void vtanh(const float *x, float *y, int n)
     }
 }
 
-static float act(dt_nn_cell_act k, float x)
-{
-    switch (k) {
-    case DT_NN_CACT_LINEAR:
-        return x;
-    case DT_NN_CACT_RELU:
-        return x > 0 ? x : 0;
-    case DT_NN_CACT_SIGMOID:
-        return 1.0f / (1.0f + expf(-x));
-    case DT_NN_CACT_TANH:
-        return tanhf(x);
-    case DT_NN_CACT_HARD_SIGMOID2:
-        return fminf(fmaxf(0.2f * x + 0.5f, 0.0f), 1.0f);
-    case DT_NN_CACT_HARD_SIGMOID3:
-        return fminf(fmaxf(x / 6.0f + 0.5f, 0.0f), 1.0f);
-    }
-    return x;
-}
-
 /* The derivative at x (the pre-activation). */
 static float dact(dt_nn_cell_act k, float x)
 {
@@ -130,11 +112,6 @@ static float dact(dt_nn_cell_act k, float x)
     return 1;
 }
 
-static int gates(dt_nn_cell c)
-{
-    return c == DT_NN_CELL_LSTM ? 4 : c == DT_NN_CELL_GRU ? 3 : 1;
-}
-
 /* y = act(x) over n <= BLOCK values. */
 static void act_vec(dt_nn_cell_act k, const float *x, float *y, int n)
 {
@@ -144,7 +121,7 @@ static void act_vec(dt_nn_cell_act k, const float *x, float *y, int n)
         vtanh(x, y, n);
     else
         for (int j = 0; j < n; j++)
-            y[j] = act(k, x[j]);
+            y[j] = dt__nn_cell_act(k, x[j]);
 }
 
 /* y = act(x) and d = act'(x) over n <= BLOCK values. */
@@ -264,7 +241,7 @@ static void gru_row_bwd(const dt_nn_rnn_step *s, float *a, float *r, const float
 
 void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s)
 {
-    int u = s->u, gu = gates(s->cell) * u;
+    int u = s->u, gu = dt__nn_cell_gates(s->cell) * u;
     bool gru_split = s->cell == DT_NN_CELL_GRU && !s->reset_after;
     bool final = !gru_split || s->phase == 1; /* this call writes h1 */
     for (int b = 0; b < s->n; b++) {
@@ -294,16 +271,17 @@ void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s)
             switch (s->cell) {
             case DT_NN_CELL_SIMPLE:
                 a[j] += r[j];
-                h1[j] = act(s->act, a[j]);
+                h1[j] = dt__nn_cell_act(s->act, a[j]);
                 break;
             case DT_NN_CELL_LSTM: {
                 for (int g = 0; g < 4; g++)
                     a[g * u + j] += r[g * u + j];
-                float i = act(s->rec, a[j]), f = act(s->rec, a[u + j]);
-                float cc = act(s->act, a[2 * u + j]), o = act(s->rec, a[3 * u + j]);
+                float i = dt__nn_cell_act(s->rec, a[j]), f = dt__nn_cell_act(s->rec, a[u + j]);
+                float cc = dt__nn_cell_act(s->act, a[2 * u + j]),
+                      o = dt__nn_cell_act(s->rec, a[3 * u + j]);
                 float c1 = f * s->c0[(size_t)b * u + j] + i * cc;
                 s->c1[(size_t)b * u + j] = c1;
-                h1[j] = o * act(s->act, c1);
+                h1[j] = o * dt__nn_cell_act(s->act, c1);
                 break;
             }
             case DT_NN_CELL_GRU:
@@ -311,16 +289,17 @@ void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s)
                     a[j] += r[j];
                     a[u + j] += r[u + j];
                     q[j] = r[2 * u + j];
-                    float z = act(s->rec, a[j]), rr = act(s->rec, a[u + j]);
-                    float hh = act(s->act, a[2 * u + j] + rr * q[j]);
+                    float z = dt__nn_cell_act(s->rec, a[j]), rr = dt__nn_cell_act(s->rec, a[u + j]);
+                    float hh = dt__nn_cell_act(s->act, a[2 * u + j] + rr * q[j]);
                     h1[j] = z * h0[j] + (1 - z) * hh;
                 } else if (s->phase == 0) {
                     a[j] += r[j];
                     a[u + j] += r[u + j];
-                    q[j] = act(s->rec, a[u + j]) * h0[j];
+                    q[j] = dt__nn_cell_act(s->rec, a[u + j]) * h0[j];
                 } else {
                     a[2 * u + j] += r[2 * u + j];
-                    float z = act(s->rec, a[j]), hh = act(s->act, a[2 * u + j]);
+                    float z = dt__nn_cell_act(s->rec, a[j]),
+                          hh = dt__nn_cell_act(s->act, a[2 * u + j]);
                     h1[j] = z * h0[j] + (1 - z) * hh;
                 }
                 break;
@@ -336,7 +315,7 @@ void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s)
 
 void dt__nn_cpu_rnn_bwd(const dt_nn_rnn_step *s)
 {
-    int u = s->u, gu = gates(s->cell) * u;
+    int u = s->u, gu = dt__nn_cell_gates(s->cell) * u;
     bool gru_split = s->cell == DT_NN_CELL_GRU && !s->reset_after;
     for (int b = 0; b < s->n; b++) {
         bool real = !s->mask || s->mask[(size_t)b * s->ldm] != 0;
@@ -352,7 +331,7 @@ void dt__nn_cpu_rnn_bwd(const dt_nn_rnn_step *s)
                     a[u + j] = 0;
                     continue;
                 }
-                float rr = act(s->rec, a[u + j]);
+                float rr = dt__nn_cell_act(s->rec, a[u + j]);
                 a[u + j] = dq[j] * h0[j] * dact(s->rec, a[u + j]);
                 dh[j] += dq[j] * rr;
             }
@@ -386,30 +365,30 @@ void dt__nn_cpu_rnn_bwd(const dt_nn_rnn_step *s)
                 break;
             case DT_NN_CELL_LSTM: {
                 float ai = a[j], af = a[u + j], ac = a[2 * u + j], ao = a[3 * u + j];
-                float i = act(s->rec, ai), f = act(s->rec, af);
-                float cc = act(s->act, ac), o = act(s->rec, ao);
+                float i = dt__nn_cell_act(s->rec, ai), f = dt__nn_cell_act(s->rec, af);
+                float cc = dt__nn_cell_act(s->act, ac), o = dt__nn_cell_act(s->rec, ao);
                 float c1 = s->c1[(size_t)b * u + j], c0 = s->c0[(size_t)b * u + j];
                 float dc = s->dc[(size_t)b * u + j] + dh1 * o * dact(s->act, c1);
                 a[j] = dc * cc * dact(s->rec, ai);
                 a[u + j] = dc * c0 * dact(s->rec, af);
                 a[2 * u + j] = dc * i * dact(s->act, ac);
-                a[3 * u + j] = dh1 * act(s->act, c1) * dact(s->rec, ao);
+                a[3 * u + j] = dh1 * dt__nn_cell_act(s->act, c1) * dact(s->rec, ao);
                 s->dc[(size_t)b * u + j] = dc * f;
                 dh[j] = 0;
                 break;
             }
             case DT_NN_CELL_GRU: {
-                float az = a[j], z = act(s->rec, az);
+                float az = a[j], z = dt__nn_cell_act(s->rec, az);
                 if (s->reset_after) {
-                    float ar = a[u + j], rr = act(s->rec, ar);
-                    float ah = a[2 * u + j] + rr * q[j], hh = act(s->act, ah);
+                    float ar = a[u + j], rr = dt__nn_cell_act(s->rec, ar);
+                    float ah = a[2 * u + j] + rr * q[j], hh = dt__nn_cell_act(s->act, ah);
                     float dah = dh1 * (1 - z) * dact(s->act, ah);
                     a[j] = r[j] = dh1 * (h0[j] - hh) * dact(s->rec, az);
                     a[u + j] = r[u + j] = dah * q[j] * dact(s->rec, ar);
                     a[2 * u + j] = dah;
                     r[2 * u + j] = dah * rr;
                 } else { /* phase 1: the update gate and the candidate */
-                    float ah = a[2 * u + j], hh = act(s->act, ah);
+                    float ah = a[2 * u + j], hh = dt__nn_cell_act(s->act, ah);
                     a[j] = dh1 * (h0[j] - hh) * dact(s->rec, az);
                     a[2 * u + j] = dh1 * (1 - z) * dact(s->act, ah);
                 }

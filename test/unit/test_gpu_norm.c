@@ -29,23 +29,6 @@ static float *uniform(size_t n, float lo, float hi, uint64_t seed)
     return x;
 }
 
-/* The device buffer d (n floats) with the bits of the CPU's ref: for the kernels that do the
- * CPU's float operations in the CPU's order, each rounded on its own. Names the first
- * difference. */
-static void same_bits(const dt_nn_ops *g, const float *d, const float *ref, size_t n,
-                      const char *what)
-{
-    float *h = gpu_down(g, d, n);
-    GPU_SYNC();
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&h[i], &ref[i], sizeof(float)) != 0) {
-            fprintf(stderr, "%s: element %zu of %zu is %.9g, the CPU's %.9g\n", what, i, n,
-                    (double)h[i], (double)ref[i]);
-            ASSERT_TRUE(!"the CPU's bits");
-        }
-    free(h);
-}
-
 /* x with a mean away from 0 per column (batch norm must subtract it) */
 static float *bn_input(size_t rows, int cols, uint64_t seed)
 {
@@ -90,7 +73,7 @@ DT_TEST(gpu_bn_fwd_matches_cpu)
                               affine ? dbe : NULL, dmm, dmv, 0.9f, 1e-3f, dsm, dsv, relu);
                     GPU_EXPECT_CLOSE(g, dy, y, n, 1e-4);
                     if (!training) /* the moving statistics: the CPU's operations exactly */
-                        same_bits(g, dy, y, n, "bn_fwd inference");
+                        gpu_same_bits(g, dy, y, n, "bn_fwd inference");
                     if (training) {
                         GPU_EXPECT_CLOSE(g, dsm, sm, (size_t)cols, 1e-4);
                         GPU_EXPECT_CLOSE(g, dsv, sv, (size_t)cols, 1e-4);
@@ -311,14 +294,14 @@ DT_TEST(gpu_norm_matches_cpu)
                 c->norm_fwd(x, y, mean, var, rows, cols, invert);
                 g->norm_fwd(d_x, d_y, d_m, d_v, rows, cols, invert);
                 GPU_EXPECT_CLOSE(g, d_y, y, n, 1e-5);
-                same_bits(g, d_y, y, n, "norm_fwd");
+                gpu_same_bits(g, d_y, y, n, "norm_fwd");
                 float *dyv = gpu_randn(n, 1.0f, seed + 3), *dxv = gpu_randn(n, 1.0f, seed + 4);
                 float *d_dy = gpu_up(g, dyv, n);
                 float *d_dx = acc ? gpu_up(g, dxv, n) : gpu_poison(g, n);
                 c->norm_bwd(dyv, var, dxv, rows, cols, invert, acc);
                 g->norm_bwd(d_dy, d_v, d_dx, rows, cols, invert, acc);
                 GPU_EXPECT_CLOSE(g, d_dx, dxv, n, 1e-5);
-                same_bits(g, d_dx, dxv, n, "norm_bwd");
+                gpu_same_bits(g, d_dx, dxv, n, "norm_bwd");
                 float *bufs[] = {d_x, d_m, d_v, d_y, d_dy, d_dx};
                 for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++)
                     g->free(bufs[b]);

@@ -27,23 +27,6 @@ static bool close_rel(double a, double b, double tol)
     return fabs(a - b) <= tol * fabs(b);
 }
 
-/* The device buffer d (n floats) with the bits of the CPU's ref: for the kernels that do the
- * CPU's float operations in the CPU's order, each rounded on its own. Names the first
- * difference. */
-static void same_bits(const dt_nn_ops *g, const float *d, const float *ref, size_t n,
-                      const char *what)
-{
-    float *h = gpu_down(g, d, n);
-    GPU_SYNC();
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&h[i], &ref[i], sizeof(float)) != 0) {
-            fprintf(stderr, "%s: element %zu of %zu is %.9g, the CPU's %.9g\n", what, i, n,
-                    (double)h[i], (double)ref[i]);
-            ASSERT_TRUE(!"the CPU's bits");
-        }
-    free(h);
-}
-
 /* --- losses ----------------------------------------------------------------------------------- */
 
 typedef struct loss_case {
@@ -278,7 +261,7 @@ DT_TEST(gpu_regularize_matches_cpu)
             ASSERT_TRUE(close_rel(got, ref, 1e-9));
             ASSERT_EQ(memcmp(&got, &again, sizeof(double)), 0);
             GPU_EXPECT_CLOSE(g, d_g, gr, n, 1e-5);
-            same_bits(g, d_g, gr, n, "regularize's gradient");
+            gpu_same_bits(g, d_g, gr, n, "regularize's gradient");
             g->free(d_w);
             g->free(d_g);
             g->free(d_g2);
@@ -432,19 +415,19 @@ DT_TEST(gpu_update_matches_cpu)
                          * the CPU's bits, but for Ftrl's powf */
                         bool bits = uc->kind != DT_NN_UPD_FTRL;
                         if (bits)
-                            same_bits(g, d_w, w, n, uc->name);
+                            gpu_same_bits(g, d_w, w, n, uc->name);
                         for (int i = 0; i < 3; i++)
                             if (sl[i]) {
                                 GPU_EXPECT_CLOSE(g, d_sl[i], sl[i], n, 1e-5);
                                 if (bits)
-                                    same_bits(g, d_sl[i], sl[i], n, uc->name);
+                                    gpu_same_bits(g, d_sl[i], sl[i], n, uc->name);
                                 g->free(d_sl[i]);
                                 free(sl[i]);
                             }
                         if (av) {
                             GPU_EXPECT_CLOSE(g, d_av, av, n, 1e-5);
                             if (bits)
-                                same_bits(g, d_av, av, n, uc->name);
+                                gpu_same_bits(g, d_av, av, n, uc->name);
                             g->free(d_av);
                             free(av);
                         }

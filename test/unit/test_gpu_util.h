@@ -105,4 +105,21 @@ static inline double gpu_rel_l2(const float *a, const float *ref, size_t n)
         ASSERT_FLE(e_, (tol));                                                                     \
     } while (0)
 
+/* The device buffer d (n floats) with the bits of the CPU's ref: for the kernels that do the
+ * CPU's float operations in the CPU's order, each rounded on its own. Names the first
+ * difference. */
+static inline void gpu_same_bits(const dt_nn_ops *g, const float *d, const float *ref, size_t n,
+                                 const char *what)
+{
+    float *h = gpu_down(g, d, n);
+    GPU_SYNC();
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&h[i], &ref[i], sizeof(float)) != 0) {
+            fprintf(stderr, "%s: element %zu of %zu is %.9g, the CPU's %.9g\n", what, i, n,
+                    (double)h[i], (double)ref[i]);
+            ASSERT_TRUE(!"the CPU's bits");
+        }
+    free(h);
+}
+
 #endif

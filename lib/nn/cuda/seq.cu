@@ -14,6 +14,8 @@
  */
 #include "nn/cuda/internal.cuh"
 
+#include "nn/cell_act.h"
+
 #include <cub/device/device_radix_sort.cuh>
 #include <math.h>
 #include <stdint.h>
@@ -287,26 +289,8 @@ static void cu_attn_mask(float *s, const float *qm, const float *vm, const float
 
 /* ---- recurrent cells ---------------------------------------------------------------------- */
 
-static __device__ float act(dt_nn_cell_act k, float x)
-{
-    switch (k) {
-    case DT_NN_CACT_LINEAR:
-        return x;
-    case DT_NN_CACT_RELU:
-        return x > 0 ? x : 0;
-    case DT_NN_CACT_SIGMOID:
-        return 1.0f / (1.0f + expf(-x));
-    case DT_NN_CACT_TANH:
-        return tanhf(x);
-    case DT_NN_CACT_HARD_SIGMOID2:
-        return fminf(fmaxf(0.2f * x + 0.5f, 0.0f), 1.0f);
-    case DT_NN_CACT_HARD_SIGMOID3:
-        return fminf(fmaxf(x / 6.0f + 0.5f, 0.0f), 1.0f);
-    }
-    return x;
-}
-
-/* The derivative at x whose activation is y = act(x): sigmoid and tanh from y, as the CPU. */
+/* The derivative at x whose activation is y = dt__nn_cell_act(x): sigmoid and tanh from y, as the
+ * CPU. */
 static __device__ float dact(dt_nn_cell_act k, float x, float y)
 {
     switch (k) {
@@ -324,11 +308,6 @@ static __device__ float dact(dt_nn_cell_act k, float x, float y)
         return x > -3.0f && x < 3.0f ? 1.0f / 6.0f : 0.0f;
     }
     return 1;
-}
-
-static int gates(dt_nn_cell c)
-{
-    return c == DT_NN_CELL_LSTM ? 4 : c == DT_NN_CELL_GRU ? 3 : 1;
 }
 
 /* One thread per (row b, unit j): every gate of a unit is in that thread, so a step is
@@ -356,16 +335,17 @@ static __global__ void k_rnn_fwd(dt_nn_rnn_step s, int G)
             switch (s.cell) {
             case DT_NN_CELL_SIMPLE:
                 a[j] += r[j];
-                h1 = act(s.act, a[j]);
+                h1 = dt__nn_cell_act(s.act, a[j]);
                 break;
             case DT_NN_CELL_LSTM: {
                 for (int g = 0; g < 4; g++)
                     a[g * u + j] += r[g * u + j];
-                float i = act(s.rec, a[j]), f = act(s.rec, a[u + j]);
-                float cc = act(s.act, a[2 * u + j]), o = act(s.rec, a[3 * u + j]);
+                float i = dt__nn_cell_act(s.rec, a[j]), f = dt__nn_cell_act(s.rec, a[u + j]);
+                float cc = dt__nn_cell_act(s.act, a[2 * u + j]),
+                      o = dt__nn_cell_act(s.rec, a[3 * u + j]);
                 float c1 = f * s.c0[e] + i * cc;
                 s.c1[e] = c1;
-                h1 = o * act(s.act, c1);
+                h1 = o * dt__nn_cell_act(s.act, c1);
                 break;
             }
             case DT_NN_CELL_GRU:
@@ -374,16 +354,17 @@ static __global__ void k_rnn_fwd(dt_nn_rnn_step s, int G)
                     a[u + j] += r[u + j];
                     float q = r[2 * u + j];
                     s.q[e] = q;
-                    float z = act(s.rec, a[j]), rr = act(s.rec, a[u + j]);
-                    float hh = act(s.act, a[2 * u + j] + rr * q);
+                    float z = dt__nn_cell_act(s.rec, a[j]), rr = dt__nn_cell_act(s.rec, a[u + j]);
+                    float hh = dt__nn_cell_act(s.act, a[2 * u + j] + rr * q);
                     h1 = z * h0 + (1 - z) * hh;
                 } else if (s.phase == 0) {
                     a[j] += r[j];
                     a[u + j] += r[u + j];
-                    s.q[e] = act(s.rec, a[u + j]) * h0;
+                    s.q[e] = dt__nn_cell_act(s.rec, a[u + j]) * h0;
                 } else {
                     a[2 * u + j] += r[2 * u + j];
-                    float z = act(s.rec, a[j]), hh = act(s.act, a[2 * u + j]);
+                    float z = dt__nn_cell_act(s.rec, a[j]),
+                          hh = dt__nn_cell_act(s.act, a[2 * u + j]);
                     h1 = z * h0 + (1 - z) * hh;
                 }
                 break;
@@ -414,7 +395,7 @@ static __global__ void k_rnn_bwd(dt_nn_rnn_step s, int G)
                 a[u + j] = 0;
                 continue;
             }
-            float ar = a[u + j], rr = act(s.rec, ar), dq = s.dq[e];
+            float ar = a[u + j], rr = dt__nn_cell_act(s.rec, ar), dq = s.dq[e];
             a[u + j] = dq * h0 * dact(s.rec, ar, rr);
             s.dh[e] += dq * rr;
             continue;
@@ -433,15 +414,15 @@ static __global__ void k_rnn_bwd(dt_nn_rnn_step s, int G)
         switch (s.cell) {
         case DT_NN_CELL_SIMPLE: {
             float x = a[j];
-            a[j] = dh1 * dact(s.act, x, act(s.act, x));
+            a[j] = dh1 * dact(s.act, x, dt__nn_cell_act(s.act, x));
             s.dh[e] = 0;
             break;
         }
         case DT_NN_CELL_LSTM: {
             float ai = a[j], af = a[u + j], ac = a[2 * u + j], ao = a[3 * u + j];
-            float i = act(s.rec, ai), f = act(s.rec, af);
-            float cc = act(s.act, ac), o = act(s.rec, ao);
-            float c1 = s.c1[e], c0 = s.c0[e], t = act(s.act, c1);
+            float i = dt__nn_cell_act(s.rec, ai), f = dt__nn_cell_act(s.rec, af);
+            float cc = dt__nn_cell_act(s.act, ac), o = dt__nn_cell_act(s.rec, ao);
+            float c1 = s.c1[e], c0 = s.c0[e], t = dt__nn_cell_act(s.act, c1);
             float d = s.dc[e] + dh1 * o * dact(s.act, c1, t);
             a[j] = d * cc * dact(s.rec, ai, i);
             a[u + j] = d * c0 * dact(s.rec, af, f);
@@ -452,17 +433,17 @@ static __global__ void k_rnn_bwd(dt_nn_rnn_step s, int G)
             break;
         }
         case DT_NN_CELL_GRU: {
-            float az = a[j], z = act(s.rec, az), dz = dact(s.rec, az, z);
+            float az = a[j], z = dt__nn_cell_act(s.rec, az), dz = dact(s.rec, az, z);
             if (s.reset_after) {
-                float ar = a[u + j], rr = act(s.rec, ar), q = s.q[e];
-                float ah = a[2 * u + j] + rr * q, hh = act(s.act, ah);
+                float ar = a[u + j], rr = dt__nn_cell_act(s.rec, ar), q = s.q[e];
+                float ah = a[2 * u + j] + rr * q, hh = dt__nn_cell_act(s.act, ah);
                 float dah = dh1 * (1 - z) * dact(s.act, ah, hh);
                 a[j] = r[j] = dh1 * (h0 - hh) * dz;
                 a[u + j] = r[u + j] = dah * q * dact(s.rec, ar, rr);
                 a[2 * u + j] = dah;
                 r[2 * u + j] = dah * rr;
             } else { /* phase 1: the update gate and the candidate */
-                float ah = a[2 * u + j], hh = act(s.act, ah);
+                float ah = a[2 * u + j], hh = dt__nn_cell_act(s.act, ah);
                 a[j] = dh1 * (h0 - hh) * dz;
                 a[2 * u + j] = dh1 * (1 - z) * dact(s.act, ah, hh);
             }
@@ -477,7 +458,7 @@ static void cu_rnn_fwd(const dt_nn_rnn_step *s)
 {
     if (s->n <= 0 || s->u <= 0)
         return;
-    k_rnn_fwd<<<LAUNCH_1D((size_t)s->n * (size_t)s->u)>>>(*s, gates(s->cell));
+    k_rnn_fwd<<<LAUNCH_1D((size_t)s->n * (size_t)s->u)>>>(*s, dt__nn_cell_gates(s->cell));
     DT_CU_LAUNCH("rnn_fwd");
 }
 
@@ -485,7 +466,7 @@ static void cu_rnn_bwd(const dt_nn_rnn_step *s)
 {
     if (s->n <= 0 || s->u <= 0)
         return;
-    k_rnn_bwd<<<LAUNCH_1D((size_t)s->n * (size_t)s->u)>>>(*s, gates(s->cell));
+    k_rnn_bwd<<<LAUNCH_1D((size_t)s->n * (size_t)s->u)>>>(*s, dt__nn_cell_gates(s->cell));
     DT_CU_LAUNCH("rnn_bwd");
 }
 
