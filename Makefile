@@ -4,7 +4,7 @@
 #   make deps       install the Debian packages the build, tests and demo need (apt-get as root)
 #   make test       build, then run every test; the last line is "N passed, N failed, N skipped"
 #   make test-faults  the long fault-injection runs (chaos in netns, 20 chief restarts)
-#   make test-guard the nn unit tests on the guarded ops table (DTRAIN_OPS=guard: GPU memory rules)
+#   make test-guard the nn unit tests on the guarded ops table and on the emulated GPU
 #   make asan       the same tests under -fsanitize=address,undefined (build in build/asan)
 #   make demo       train the Fashion-MNIST CNN on 2 local daemons
 #   make demo-text  train an Embedding + LSTM text classifier on Debian's package descriptions
