@@ -201,8 +201,7 @@ dt_status dt_nn_gpu_clique_new(int n, const int *devs, dt_nn_gpu_clique **out, d
     char msg[512] = "";
     if (api->clique_new(n, devs, &c->h, msg, sizeof msg) != 0) {
         free(c);
-        /* "no NCCL" is a backend without it: the caller falls back to the host's comm */
-        return dt_err_set(err, strstr(msg, "no NCCL") ? DT_ENOTSUP : DT_EIO, "NCCL: %s", msg);
+        return dt_err_set(err, DT_EIO, "NCCL: %s", msg);
     }
     *out = c;
     return DT_OK;

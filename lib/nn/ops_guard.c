@@ -98,8 +98,11 @@ static void protect_all(int prot)
 static void open_arena(void)
 {
     pthread_mutex_lock(&lock);
-    open_count++;
-    protect_all(PROT_READ | PROT_WRITE);
+    bool grown = false; /* memory allocated since the arena was opened */
+    for (int d = 0; d < MAX_DEV; d++)
+        grown |= used[d] > opened_len[d];
+    if (open_count++ == 0 || grown)
+        protect_all(PROT_READ | PROT_WRITE);
     pthread_mutex_unlock(&lock);
 }
 

@@ -248,13 +248,6 @@ static dt_status plan_buckets(dt_trainer *t, dt_err *err)
     t->mstep = calloc(3 * t->nms + 1, sizeof *t->mstep);
     t->mepoch = t->mstep + t->nms;
     t->mval = t->mepoch + t->nms;
-    if (dt_model_ops(t->m)->device_memory) {
-        size_t big = np > nst ? np : nst;
-        t->hg = malloc((np ? np : 1) * sizeof *t->hg);
-        t->bcast = malloc((big ? big : 1) * sizeof *t->bcast);
-        if (!t->hg || !t->bcast)
-            return dt_err_set(err, DT_ENOMEM, "train: out of memory");
-    }
     if (!t->tail || !t->mstep)
         return dt_err_set(err, DT_ENOMEM, "train: out of memory");
     DT_INFO(
@@ -1349,10 +1342,17 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
                           "$.strategy.compression: \"%s\": this comm carries float32 only; "
                           "use \"none\"",
                           dt_jobspec_compression_name(t->spec->compression));
-    if (comm->device_buffers) { /* the comm reads the device's memory itself (NCCL) */
-        free(t->hg);
-        free(t->bcast);
-        t->hg = t->bcast = NULL;
+    /* A device's memory reaches a host-memory comm through mirrors; a comm that reads the
+     * device's memory itself (NCCL), or none (one replica), needs none. */
+    if (dt_model_ops(t->m)->device_memory && !comm->device_buffers && comm->world > 1 && !t->hg) {
+        size_t np, nst;
+        dt_model_params(t->m, &np);
+        dt_model_state(t->m, &nst);
+        size_t big = np > nst ? np : nst;
+        t->hg = malloc((np ? np : 1) * sizeof *t->hg);
+        t->bcast = malloc((big ? big : 1) * sizeof *t->bcast);
+        if (!t->hg || !t->bcast)
+            return dt_err_set(err, DT_ENOMEM, "train: out of memory");
     }
     if (t->opts.pulse) {
         dt_model_set_beat(t->m, &t->opts.pulse->beat_ms);
