@@ -277,6 +277,20 @@ typedef struct dt_nn_ops {
      * last call in msg. NULL where kernels finish before they return (the CPU). A device
      * backend's kernels report errors only here: the trainer calls it once a step. */
     int (*sync)(char *msg, size_t n);
+    /* CUDA graphs; all four NULL where kernels run when called (the CPU and guard tables).
+     * graph_begin: the thread's kernels, copies and GEMMs are recorded (arguments by value)
+     * instead of run, until graph_end, which returns the recording in *out (an opaque handle
+     * the thread owns). Inside, nothing may allocate (alloc, a growing scratch), synchronise
+     * (sync, download) or upload from memory that is not pinned: the capture then fails and
+     * graph_end says why. graph_launch queues the recorded work again, as it was recorded:
+     * pointers, sizes and by-value scalars included, so what changes from step to step must
+     * reach the kernels through device memory. graph_free: after its last launch (it waits).
+     * Each returns 0, or -1 with a message. Scratch the recorded kernels use stays allocated
+     * while the graph lives. */
+    int (*graph_begin)(char *msg, size_t n);
+    int (*graph_end)(void **out, char *msg, size_t n);
+    int (*graph_launch)(void *graph, char *msg, size_t n);
+    void (*graph_free)(void *graph);
 
     /* C(m,n) = alpha op(A) op(B) + beta C, row-major; op(A) is (m,k), op(B) is (k,n). */
     void (*gemm)(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,

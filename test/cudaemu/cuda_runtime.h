@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <math.h>
 #include <mutex>
 #include <stddef.h>
@@ -77,7 +78,12 @@ enum cudaError_t {
     cudaErrorInsufficientDriver = 35,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorIllegalState = 401,
     cudaErrorLaunchFailure = 719,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureWrongThread = 908,
 };
 typedef cudaError_t cudaError;
 const char *cudaGetErrorString(cudaError_t e);
@@ -139,6 +145,52 @@ struct cudaPointerAttributes {
 /* Device memory by range (an interior pointer is its allocation's), pinned host memory, or
  * anything else (unregistered). */
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p);
+
+/* --- stream capture and graphs (emu_graph.cpp) ------------------------------------------------
+ * While a stream captures, what is enqueued on it (kernel launches, cudaMemcpyAsync,
+ * cudaMemsetAsync, cuBLAS calls on a handle bound to it, NCCL collectives) is recorded with its
+ * arguments copied, not run; cudaGraphLaunch runs the recorded work in order. CUDA's refusals are
+ * kept: while the calling thread has a Global or ThreadLocal capture open, or any thread has a
+ * Global one, the "potentially unsafe" calls (cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost,
+ * the synchronous cudaMemcpy/cudaMemset, cudaDeviceSynchronize) fail with
+ * cudaErrorStreamCaptureUnsupported; so do cudaStreamSynchronize and cudaStreamQuery of a
+ * capturing stream, and a capturing memcpy from or to pageable host memory (CUDA stages those
+ * synchronously). A refusal on the capturing thread invalidates its capture: what follows on the
+ * stream fails with cudaErrorStreamCaptureInvalidated, and so does cudaStreamEndCapture, which
+ * ends it without a graph. */
+enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus {
+    cudaStreamCaptureStatusNone = 0,
+    cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2,
+};
+struct CUgraph_st;
+typedef CUgraph_st *cudaGraph_t;
+struct CUgraphExec_st;
+typedef CUgraphExec_st *cudaGraphExec_t;
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *st);
+cudaError_t cudaStreamQuery(cudaStream_t s);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
+/* The emulator's side of it. emu_capture_enqueue: 0 when s is not capturing (run the work now),
+ * 1 when f was recorded, or the error that refused it (the capture is then invalidated).
+ * emu_capture_unsafe: cudaSuccess, or the refusal of a potentially unsafe call (what names it).
+ * emu_capture_touch: the refusal of a synchronising call on s (cudaStreamSynchronize, Query). */
+int emu_capture_enqueue(cudaStream_t s, std::function<void()> &&f);
+cudaError_t emu_capture_unsafe(const char *what);
+cudaError_t emu_capture_touch(cudaStream_t s);
+void emu_capture_forget(cudaStream_t s); /* cudaStreamDestroy */
+/* Whether p is pageable host memory (neither cudaMalloc's nor cudaMallocHost's). */
+bool emu_pageable(const void *p);
+
 template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t bytes)
 {
     return cudaMalloc((void **)p, bytes);
@@ -329,13 +381,13 @@ template <typename T> static inline T __shfl_up_sync(unsigned m, T v, unsigned d
 
 struct emu_config {
     dim3 g, b;
+    cudaStream_t s;
 };
 static inline emu_config emu_cfg(dim3 g, dim3 b, size_t shared = 0, cudaStream_t s = 0)
 {
-    (void)s;
     if (shared)
         emu_set_error(cudaErrorInvalidValue); /* no kernel uses dynamic shared memory */
-    emu_config c = {g, b};
+    emu_config c = {g, b, s};
     return c;
 }
 extern std::mutex emu_launch_mutex;
@@ -346,13 +398,31 @@ void emu_run_fibers(const emu_config &c, const char *name, void (*body)(void *),
 
 /* The launch object of `emu_launch(cfg, barriers, "k", k)(args)`: its call takes the kernel's own
  * parameter types, so arguments convert as in a CUDA launch (NULL to a pointer) and are evaluated
- * once, before the threads run. */
+ * once, before the threads run. On a capturing stream the launch (geometry checked, arguments
+ * copied by value, as a graph's kernel node keeps them) is recorded instead. */
 template <typename... P> struct emu_launcher {
     emu_config c;
     bool barriers;
     const char *name;
     void (*k)(P...);
     void operator()(P... a) const
+    {
+        if (c.s) {
+            {
+                std::lock_guard<std::mutex> lock(emu_launch_mutex);
+                if (!emu_launch_ok(c, name))
+                    return;
+            }
+            emu_launcher self = *this;
+            int r = emu_capture_enqueue(c.s, [self, a...] { self.run(a...); });
+            if (r > 1)
+                emu_set_error((cudaError_t)r);
+            if (r != 0)
+                return;
+        }
+        run(a...);
+    }
+    void run(P... a) const
     {
         std::lock_guard<std::mutex> lock(emu_launch_mutex);
         if (!emu_launch_ok(c, name))

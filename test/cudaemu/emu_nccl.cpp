@@ -26,6 +26,7 @@ struct slot {
 /* The members of one id. Round r completes when every member has issued its r-th call. */
 struct group {
     std::mutex mu;
+    std::condition_variable cv; /* a round completed, or the group was aborted */
     int n = 0, refs = 0, joined = 0, arrived = 0;
     unsigned long done = 0; /* rounds completed */
     bool aborted = false;
@@ -170,6 +171,7 @@ ncclResult_t ncclCommAbort(ncclComm_t c)
         std::lock_guard<std::mutex> l(c->g->mu);
         c->g->aborted = true;
     }
+    c->g->cv.notify_all();
     release(c);
     return ncclSuccess;
 }
@@ -256,26 +258,53 @@ static ncclResult_t issue(ncclComm_t c, const slot &s)
     ncclResult_t r = complete(g);
     if (r != ncclSuccess) {
         g->aborted = true;
+        g->cv.notify_all();
         return r;
     }
     g->done++;
+    g->cv.notify_all();
     return ncclSuccess;
+}
+
+/* A collective enqueued on a capturing stream is a node of the graph: its replay issues it and
+ * then holds the replaying thread (the emulator's stream) until the round completes, as a GPU
+ * stream waits for NCCL's kernel, so what the graph does next reads the reduced values. A sibling
+ * that never replays its part leaves it waiting, as on a GPU, until the clique is aborted. */
+static ncclResult_t issue_or_record(ncclComm_t c, const slot &s, cudaStream_t st)
+{
+    int r = emu_capture_enqueue(st, [c, s] {
+        ncclResult_t q = issue(c, s);
+        if (q != ncclSuccess && q != ncclInProgress) {
+            emu_set_error(cudaErrorLaunchFailure);
+            return;
+        }
+        group *g = c->g;
+        std::unique_lock<std::mutex> l(g->mu);
+        g->cv.wait(l, [c, g] { return g->aborted || c->aborted || g->done >= c->issued; });
+        if (g->aborted || c->aborted)
+            emu_set_error(cudaErrorLaunchFailure);
+    });
+    if (r > 1)
+        return fail(ncclInvalidUsage, "the capturing stream's capture was invalidated");
+    if (r == 1)
+        return ncclSuccess;
+    return issue(c, s);
 }
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t s)
 {
-    (void)s;
     if (op != ncclSum)
         return fail(ncclInvalidArgument, "the emulator's all-reduce sums only");
-    return issue(comm, slot{send, recv, count, type, 0, 0});
+    if (!comm)
+        return fail(ncclInvalidArgument, "NULL communicator");
+    return issue_or_record(comm, slot{send, recv, count, type, 0, 0}, s);
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type,
                            int root, ncclComm_t comm, cudaStream_t s)
 {
-    (void)s;
     if (!comm || root < 0 || root >= comm->g->n)
         return fail(ncclInvalidArgument, "ncclBroadcast: bad root");
-    return issue(comm, slot{send, recv, count, type, 1, root});
+    return issue_or_record(comm, slot{send, recv, count, type, 1, root}, s);
 }

@@ -65,6 +65,16 @@ const char *cudaGetErrorString(cudaError_t e)
         return "invalid device ordinal";
     case cudaErrorLaunchFailure:
         return "unspecified launch failure";
+    case cudaErrorInvalidResourceHandle:
+        return "invalid resource handle";
+    case cudaErrorIllegalState:
+        return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+        return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+        return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureWrongThread:
+        return "attempt to terminate a thread-local capture sequence from another thread";
     }
     return "unknown error";
 }
@@ -151,19 +161,19 @@ cudaError_t cudaStreamCreate(cudaStream_t *s)
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
+    emu_capture_forget(s);
     free(s);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-    (void)s;
-    return cudaSuccess;
+    return emu_capture_touch(s);
 }
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-    return cudaSuccess;
+    return emu_capture_unsafe("cudaDeviceSynchronize");
 }
 
 /* Every allocation, by address: cudaPointerGetAttributes tells device memory (and whose) from
@@ -206,22 +216,44 @@ static cudaError_t emu_free(void *p, bool host)
 
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
+    cudaError_t e = emu_capture_unsafe("cudaMalloc");
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return e;
+    }
     return emu_alloc(p, bytes, false);
 }
 
 cudaError_t cudaFree(void *p)
 {
-    return emu_free(p, false);
+    cudaError_t e = emu_capture_unsafe("cudaFree");
+    return e != cudaSuccess ? e : emu_free(p, false);
 }
 
 cudaError_t cudaMallocHost(void **p, size_t bytes)
 {
+    cudaError_t e = emu_capture_unsafe("cudaMallocHost");
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return e;
+    }
     return emu_alloc(p, bytes, true);
 }
 
 cudaError_t cudaFreeHost(void *p)
 {
-    return emu_free(p, true);
+    cudaError_t e = emu_capture_unsafe("cudaFreeHost");
+    return e != cudaSuccess ? e : emu_free(p, true);
+}
+
+bool emu_pageable(const void *p)
+{
+    std::lock_guard<std::mutex> l(allocs_mu);
+    auto it = allocs.upper_bound((uintptr_t)p);
+    if (it == allocs.begin())
+        return true;
+    --it;
+    return (uintptr_t)p >= it->first + it->second.bytes;
 }
 
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p)
@@ -245,32 +277,50 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p)
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s)
 {
-    (void)kind, (void)s;
+    (void)kind;
     if (bytes && (!dst || !src))
         return cudaErrorInvalidValue;
-    if (bytes)
-        memmove(dst, src, bytes);
+    if (!bytes)
+        return cudaSuccess;
+    cudaStreamCaptureStatus st;
+    cudaStreamIsCapturing(s, &st);
+    if (st != cudaStreamCaptureStatusNone) {
+        /* CUDA stages a pageable copy synchronously, which a capture cannot record */
+        if (emu_pageable(dst) || emu_pageable(src)) {
+            emu_capture_touch(s);
+            return cudaErrorStreamCaptureUnsupported;
+        }
+        int r = emu_capture_enqueue(s, [dst, src, bytes] { memmove(dst, src, bytes); });
+        if (r != 0)
+            return r == 1 ? cudaSuccess : (cudaError_t)r;
+    }
+    memmove(dst, src, bytes);
     return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
 {
-    return cudaMemcpyAsync(dst, src, bytes, kind, 0);
+    cudaError_t e = emu_capture_unsafe("cudaMemcpy");
+    return e != cudaSuccess ? e : cudaMemcpyAsync(dst, src, bytes, kind, 0);
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
 {
-    (void)s;
     if (bytes && !p)
         return cudaErrorInvalidValue;
-    if (bytes)
-        memset(p, v, bytes);
+    if (!bytes)
+        return cudaSuccess;
+    int r = emu_capture_enqueue(s, [p, v, bytes] { memset(p, v, bytes); });
+    if (r != 0)
+        return r == 1 ? cudaSuccess : (cudaError_t)r;
+    memset(p, v, bytes);
     return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void *p, int v, size_t bytes)
 {
-    return cudaMemsetAsync(p, v, bytes, 0);
+    cudaError_t e = emu_capture_unsafe("cudaMemset");
+    return e != cudaSuccess ? e : cudaMemsetAsync(p, v, bytes, 0);
 }
 
 /* --- cuBLAS --------------------------------------------------------------------------------- */
@@ -300,6 +350,13 @@ cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
     return CUBLAS_STATUS_SUCCESS;
 }
 
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes)
+{
+    if (!h || (bytes && !ws))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS; /* the host GEMM needs none */
+}
+
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m)
 {
     if (!h)
@@ -319,6 +376,8 @@ const char *cublasGetStatusString(cublasStatus_t s)
         return "CUBLAS_STATUS_ALLOC_FAILED";
     case CUBLAS_STATUS_INVALID_VALUE:
         return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+        return "CUBLAS_STATUS_EXECUTION_FAILED";
     }
     return "CUBLAS_STATUS_UNKNOWN";
 }
@@ -340,6 +399,16 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
         ldc < std::max(1, m) || !alpha || !beta)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0)
+        return CUBLAS_STATUS_SUCCESS;
+    /* On a capturing stream the call is recorded, alpha and beta by value (the host pointer
+     * mode reads them when the call is made). */
+    float al = *alpha, be = *beta;
+    int r = emu_capture_enqueue(h->stream, [=] {
+        cblas_sgemm(CblasColMajor, trans(ta), trans(tb), m, n, k, al, a, lda, b, ldb, be, c, ldc);
+    });
+    if (r > 1)
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (r == 1)
         return CUBLAS_STATUS_SUCCESS;
     cblas_sgemm(CblasColMajor, trans(ta), trans(tb), m, n, k, *alpha, a, lda, b, ldb, *beta, c,
                 ldc);

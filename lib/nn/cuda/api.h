@@ -10,6 +10,8 @@
  * of `ops` then run on that thread's device and stream with its cuBLAS handle. Kernels return
  * nothing: the first CUDA error of a thread is kept and reported by sync (or bind), which the
  * trainer calls once per step, so a step costs one host synchronisation.
+ * Graphs: ops->graph_begin/graph_end/graph_launch/graph_free capture the thread's stream into a
+ * CUDA graph and replay it (see ops.h); nothing is allocated or synchronised inside a capture.
  * Numbers: strict float32 (no TF32 unless bind's tf32), reductions in a fixed order without
  * atomics on floats, so two runs give the same bits.
  */
@@ -26,7 +28,7 @@
 extern "C" {
 #endif
 
-#define DT_NN_CUDA_ABI 2
+#define DT_NN_CUDA_ABI 3
 
 /* One device as the runtime describes it. */
 typedef struct dt_nn_cuda_dev {

@@ -5,6 +5,7 @@
 #include "nn/cuda/internal.cuh"
 
 #include <mutex>
+#include <new>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,7 +47,10 @@ void *dt_cu_scratch(size_t bytes)
     dt_cu_ctx *c = &tls_ctx;
     if (bytes <= c->scratch_bytes)
         return c->scratch;
-    if (c->scratch) {
+    if (c->scratch && c->graphs > 0 &&
+        c->n_retired < (int)(sizeof c->retired / sizeof *c->retired)) {
+        c->retired[c->n_retired++] = c->scratch; /* a graph's kernels read it */
+    } else if (c->scratch) {
         DT_CU(cudaStreamSynchronize(c->stream)); /* a kernel may still read the old one */
         DT_CU(cudaFree(c->scratch));
     }
@@ -98,7 +102,10 @@ static void *cu_alloc(size_t bytes)
         return NULL;
     }
     void *p = NULL;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaErrorStreamCaptureUnsupported) /* a graph's capture: the capture fails */
+        dt_cu_fail("cudaMalloc", __FILE__, __LINE__, cudaGetErrorString(e));
+    if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* out of memory is the caller's NULL, not a sticky error */
         return NULL;
     }
@@ -187,12 +194,118 @@ static int take_err(char *msg, size_t n)
     return -1;
 }
 
+/* --- CUDA graphs ------------------------------------------------------------------------------ */
+
+/* A captured step. ThreadLocal capture: another replica's thread may allocate or synchronise
+ * while this one captures (Global mode would refuse its calls); this thread may not. */
+struct dt_cu_graph {
+    cudaGraphExec_t exec;
+};
+
+static void free_retired(dt_cu_ctx *c)
+{
+    if (!c->n_retired)
+        return;
+    cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < c->n_retired; i++)
+        cudaFree(c->retired[i]);
+    c->n_retired = 0;
+}
+
+static int graph_begin(char *msg, size_t n)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    if (!c->bound) {
+        say(msg, n, "%s%s", "graph capture: the thread is not bound to a device", "");
+        return -1;
+    }
+    if (c->err[0]) { /* an earlier error is the step's to report, before any capture */
+        say(msg, n, "graph capture: %s%s", c->err, "");
+        c->err[0] = '\0';
+        return -1;
+    }
+    cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        say(msg, n, "cudaStreamBeginCapture: %s%s", cudaGetErrorString(e), "");
+        return -1;
+    }
+    return 0;
+}
+
+static int graph_end(void **out, char *msg, size_t n)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    *out = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    (void)cudaGetLastError();
+    /* The first error met while capturing (an allocation, a synchronisation) says why. */
+    if (c->err[0] || e != cudaSuccess) {
+        if (c->err[0])
+            say(msg, n, "graph capture: %s%s", c->err, "");
+        else
+            say(msg, n, "cudaStreamEndCapture: %s%s", cudaGetErrorString(e), "");
+        c->err[0] = '\0';
+        if (g)
+            cudaGraphDestroy(g);
+        return -1;
+    }
+    dt_cu_graph *h = new (std::nothrow) dt_cu_graph();
+    e = h ? cudaGraphInstantiate(&h->exec, g, 0) : cudaErrorMemoryAllocation;
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        delete h;
+        say(msg, n, "cudaGraphInstantiate: %s%s", cudaGetErrorString(e), "");
+        return -1;
+    }
+    c->graphs++;
+    *out = h;
+    return 0;
+}
+
+static int graph_launch(void *g, char *msg, size_t n)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    cudaError_t e = cudaGraphLaunch(((dt_cu_graph *)g)->exec, c->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        say(msg, n, "cudaGraphLaunch: %s%s", cudaGetErrorString(e), "");
+        return -1;
+    }
+    return 0;
+}
+
+static void graph_free(void *g)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    if (!g)
+        return;
+    cudaStreamSynchronize(c->stream); /* a launch of it may still run */
+    cudaGraphExecDestroy(((dt_cu_graph *)g)->exec);
+    delete (dt_cu_graph *)g;
+    if (--c->graphs == 0)
+        free_retired(c);
+}
+
+void dt_cu_fill_graph(dt_nn_ops *o)
+{
+    o->graph_begin = graph_begin;
+    o->graph_end = graph_end;
+    o->graph_launch = graph_launch;
+    o->graph_free = graph_free;
+}
+
 static void unbind(void)
 {
     dt_cu_ctx *c = &tls_ctx;
     if (!c->bound)
         return;
     cudaStreamSynchronize(c->stream);
+    free_retired(c);
+    if (c->blas_ws)
+        cudaFree(c->blas_ws);
     if (c->scratch)
         cudaFree(c->scratch);
     if (c->host)
@@ -203,6 +316,8 @@ static void unbind(void)
         cudaStreamDestroy(c->stream);
     memset(c, 0, sizeof *c);
 }
+
+#define BLAS_WS_BYTES ((size_t)32 << 20)
 
 static int bind(int dev, bool tf32, char *msg, size_t n)
 {
@@ -216,6 +331,12 @@ static int bind(int dev, bool tf32, char *msg, size_t n)
         DT_CUBLAS(cublasCreate(&c->blas));
     if (!c->err[0])
         DT_CUBLAS(cublasSetStream(c->blas, c->stream));
+    /* cuBLAS's own workspace, so that a GEMM captured into a graph allocates nothing (32 MiB:
+     * NVIDIA's recommendation for Hopper). */
+    if (!c->err[0])
+        DT_CU(cudaMalloc(&c->blas_ws, BLAS_WS_BYTES));
+    if (!c->err[0])
+        DT_CUBLAS(cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WS_BYTES));
     /* CUBLAS_DEFAULT_MATH keeps float32 GEMMs in float32; TF32 only when the spec asks. */
     if (!c->err[0])
         DT_CUBLAS(
@@ -248,10 +369,11 @@ static int sync(char *msg, size_t n)
 #define DT_CU_OPS(X)                                                                               \
     X(alloc)                                                                                       \
     X(free)                                                                                        \
-    X(upload) X(download) X(gemm) X(im2col) X(col2im) X(bias_add) X(bias_grad) X(act_fwd)          \
-        X(act_bwd) X(pool_fwd) X(pool_bwd) X(bn_fwd) X(bn_bwd) X(dropout_fwd) X(axpby) X(mul)      \
-            X(copy) X(copy2d) X(fill) X(loss) X(regularize) X(update) X(sumsq) X(img_flip)         \
-                X(img_adjust) X(img_adjust_bwd) X(img_resize) X(img_resize_bwd) X(img_transform)   \
+    X(upload)                                                                                      \
+    X(download) X(gemm) X(im2col) X(col2im) X(bias_add) X(bias_grad) X(act_fwd) X(act_bwd)         \
+        X(pool_fwd) X(pool_bwd) X(bn_fwd) X(bn_bwd) X(dropout_fwd) X(axpby) X(mul) X(copy)         \
+            X(copy2d) X(fill) X(loss) X(regularize) X(update) X(sumsq) X(img_flip) X(img_adjust)   \
+                X(img_adjust_bwd) X(img_resize) X(img_resize_bwd) X(img_transform)                 \
                     X(img_transform_bwd) X(dw_fwd) X(dw_bwd) X(max_fwd) X(max_bwd) X(embed_fwd)    \
                         X(embed_bwd) X(seq_mean) X(seq_mean_bwd) X(ln_fwd) X(ln_bwd) X(attn_mask)  \
                             X(rnn_fwd) X(rnn_bwd) X(norm_fwd) X(norm_bwd) X(cat_encode)
@@ -274,6 +396,7 @@ static void build(void)
     dt_cu_fill_train(&table);
     dt_cu_fill_image(&table);
     dt_cu_fill_seq(&table);
+    dt_cu_fill_graph(&table);
     size_t k = 0;
 #define DT_CU_MISSING(name)                                                                        \
     if (!table.name && k + 1 < sizeof missing / sizeof *missing)                                   \

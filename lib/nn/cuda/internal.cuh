@@ -31,6 +31,13 @@ struct dt_cu_ctx {
     size_t scratch_bytes;
     void *host; /* pinned host staging */
     size_t host_bytes;
+    /* CUDA graphs: the live ones, whose nodes may point into scratch, so a scratch that grows
+     * while any lives is retired (kept until the last graph is freed) instead of freed; and
+     * cuBLAS's workspace, set once so that a captured GEMM allocates nothing. */
+    int graphs;
+    void *retired[16];
+    int n_retired;
+    void *blas_ws;
 };
 
 dt_cu_ctx *dt_cu_ctx_get(void);
@@ -119,6 +126,7 @@ void dt_cu_fill_conv(dt_nn_ops *o);  /* conv.cu: im2col, col2im, pool, depthwise
 void dt_cu_fill_norm(dt_nn_ops *o);  /* norm.cu: batch, layer and Normalization */
 void dt_cu_fill_train(dt_nn_ops *o); /* train.cu: loss, regularize, update, sumsq */
 void dt_cu_fill_image(dt_nn_ops *o); /* image.cu: the augmentation kernels */
+void dt_cu_fill_graph(dt_nn_ops *o); /* ctx.cu: capture and replay */
 void dt_cu_fill_seq(dt_nn_ops *o);   /* seq.cu: embedding, seq_mean, attention mask, rnn, cat */
 
 /* nccl.cu: the api's clique entries (see api.h). */

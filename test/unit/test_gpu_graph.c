@@ -1,0 +1,329 @@
+/* test_gpu_graph.c - CUDA graphs of the device backend (ops->graph_begin/end/launch/free), on a
+ * GPU or on the host emulator (gpu_emu runs them there; they skip where neither is found).
+ * - A captured sequence (a GEMM, element-wise kernels, a device-to-device copy, a memset) runs
+ *   nothing while it is recorded, and each launch replays it with the scalars it was recorded
+ *   with, on the buffers' current contents: two launches equal the same ops run twice on the
+ *   CPU table, bit for bit.
+ * - What CUDA refuses inside a capture fails it, with a message naming the call: an allocation,
+ *   a download (a synchronisation), an upload from pageable memory, sync; the thread works
+ *   normally afterwards. Another thread may allocate while one captures (thread-local mode).
+ * - A scratch buffer a graph reads survives the scratch growing after the capture. */
+#include "test_gpu_util.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+/* y = 0.5 x + 2 y; z = x y (elementwise); c = z^T-shaped GEMM: c (m, m) = y_mat y_mat^T */
+#define N 96
+#define M 8 /* N = M * 12 */
+
+static void seq_ops(const dt_nn_ops *o, float *x, float *y, float *z, float *c)
+{
+    o->axpby(N, 0.5f, x, 2.0f, y);
+    o->mul(N, x, y, z, false);
+    o->gemm(false, true, M, M, N / M, 1.0f, z, N / M, y, N / M, 0.0f, c, M);
+    o->copy(N, z, x, true); /* x += z */
+}
+
+DT_TEST(gpu_graph_replays_what_it_recorded)
+{
+    const dt_nn_ops *g = gpu_ops();
+    ASSERT_TRUE(g->graph_begin && g->graph_end && g->graph_launch && g->graph_free);
+    const dt_nn_ops *cpu = dt_nn_ops_cpu();
+    ASSERT_TRUE(cpu->graph_begin == NULL && dt_nn_ops_guard()->graph_begin == NULL);
+    float *hx = gpu_randn(N, 1.0f, 1), *hy = gpu_randn(N, 1.0f, 2);
+    float hz[N], hc[M * M];
+    float *x = gpu_up(g, hx, N), *y = gpu_up(g, hy, N), *z = gpu_poison(g, N),
+          *c = gpu_poison(g, M * M);
+    char msg[512] = "";
+    ASSERT_EQ(g->graph_begin(msg, sizeof msg), 0);
+    seq_ops(g, x, y, z, c);
+    void *graph = NULL;
+    int rc = g->graph_end(&graph, msg, sizeof msg);
+    if (rc != 0)
+        fprintf(stderr, "graph_end: %s\n", msg);
+    ASSERT_EQ(rc, 0);
+    ASSERT_TRUE(graph != NULL);
+    /* recorded, not run: x and y as uploaded, z still NaN */
+    gpu_same_bits(g, x, hx, N, "x after the capture");
+    gpu_same_bits(g, y, hy, N, "y after the capture");
+    float *hz0 = gpu_down(g, z, N);
+    GPU_SYNC();
+    ASSERT_TRUE(isnan(hz0[0]) && isnan(hz0[N - 1]));
+    free(hz0);
+    /* two launches = the sequence twice on the CPU, on the buffers' contents of each launch */
+    float cx[N], cy[N];
+    memcpy(cx, hx, sizeof cx);
+    memcpy(cy, hy, sizeof cy);
+    ASSERT_EQ(g->graph_launch(graph, msg, sizeof msg), 0);
+    seq_ops(cpu, cx, cy, hz, hc);
+    float seven = 7.0f; /* a change between launches is seen by the second one */
+    g->upload(x + 3, &seven, sizeof seven);
+    cx[3] = seven;
+    ASSERT_EQ(g->graph_launch(graph, msg, sizeof msg), 0);
+    seq_ops(cpu, cx, cy, hz, hc);
+    GPU_SYNC();
+    gpu_same_bits(g, x, cx, N, "x after two launches");
+    gpu_same_bits(g, y, cy, N, "y after two launches");
+    gpu_same_bits(g, z, hz, N, "z after two launches");
+    gpu_same_bits(g, c, hc, M * M, "c after two launches");
+    g->graph_free(graph);
+    free(hx);
+    free(hy);
+    g->free(x);
+    g->free(y);
+    g->free(z);
+    g->free(c);
+    GPU_SYNC();
+    dt_nn_gpu_unbind();
+}
+
+/* Begins a capture, runs what, and expects graph_end to fail naming want. */
+static void refused(const dt_nn_ops *g, void (*what)(const dt_nn_ops *g, float *d), float *d,
+                    const char *want)
+{
+    char msg[512] = "";
+    ASSERT_EQ(g->graph_begin(msg, sizeof msg), 0);
+    what(g, d);
+    void *graph = NULL;
+    ASSERT_EQ(g->graph_end(&graph, msg, sizeof msg), -1);
+    ASSERT_TRUE(graph == NULL);
+    fprintf(stderr, "refused as it should be: %s\n", msg);
+    ASSERT_CONTAINS(msg, want);
+    /* the thread is itself again: kernels run, sync is clean */
+    g->fill(4, 3.0f, d);
+    float h[4];
+    g->download(h, d, sizeof h);
+    GPU_SYNC();
+    ASSERT_FEQ(h[3], 3.0f);
+}
+
+static void do_alloc(const dt_nn_ops *g, float *d)
+{
+    (void)d;
+    void *p = g->alloc(64);
+    ASSERT_TRUE(p == NULL); /* cudaMalloc is refused while the thread captures */
+}
+
+static void do_download(const dt_nn_ops *g, float *d)
+{
+    float h[4];
+    g->download(h, d, sizeof h);
+}
+
+static void do_upload_pageable(const dt_nn_ops *g, float *d)
+{
+    float h[4] = {1, 2, 3, 4};
+    g->upload(d, h, sizeof h);
+}
+
+static void do_sync(const dt_nn_ops *g, float *d)
+{
+    g->fill(4, 1.0f, d);
+    char msg[256] = "";
+    ASSERT_EQ(g->sync(msg, sizeof msg), -1);
+    fprintf(stderr, "sync inside the capture: %s\n", msg);
+    ASSERT_CONTAINS(msg, "capturing");
+}
+
+DT_TEST(gpu_graph_capture_refuses_alloc_and_sync)
+{
+    const dt_nn_ops *g = gpu_ops();
+    float *d = g->alloc(4 * sizeof(float));
+    ASSERT_TRUE(d != NULL);
+    refused(g, do_alloc, d, "cudaMalloc");
+    refused(g, do_download, d, "capturing");
+    refused(g, do_upload_pageable, d, "capturing");
+    refused(g, do_sync, d, "");
+    /* ending a capture that was never begun, and beginning one twice */
+    char msg[256] = "";
+    void *graph = NULL;
+    ASSERT_EQ(g->graph_end(&graph, msg, sizeof msg), -1);
+    ASSERT_CONTAINS(msg, "cudaStreamEndCapture");
+    ASSERT_EQ(g->graph_begin(msg, sizeof msg), 0);
+    ASSERT_EQ(g->graph_begin(msg, sizeof msg), -1);
+    ASSERT_CONTAINS(msg, "cudaStreamBeginCapture");
+    ASSERT_EQ(g->graph_end(&graph, msg, sizeof msg), 0); /* an empty graph is a graph */
+    ASSERT_EQ(g->graph_launch(graph, msg, sizeof msg), 0);
+    g->graph_free(graph);
+    g->free(d);
+    GPU_SYNC();
+    dt_nn_gpu_unbind();
+}
+
+/* --- another replica's thread while this one captures ---------------------------------------- */
+
+typedef struct other_arg {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stage; /* 1: main captures; 2: the other thread allocated and synced */
+    bool ok;
+    char msg[1200];
+} other_arg;
+
+static void *other_thread(void *p)
+{
+    other_arg *a = p;
+    const dt_nn_ops *g = NULL;
+    dt_err err = {0};
+    pthread_mutex_lock(&a->mu);
+    while (a->stage < 1)
+        pthread_cond_wait(&a->cv, &a->mu);
+    pthread_mutex_unlock(&a->mu);
+    bool ok = dt_nn_gpu_bind(0, false, &g, &err) == DT_OK;
+    float *d = ok ? g->alloc(256) : NULL;
+    ok = ok && d != NULL;
+    if (ok) {
+        g->fill(64, 1.0f, d);
+        ok = g->sync(a->msg, sizeof a->msg) == 0;
+        g->free(d);
+        ok = ok && g->sync(a->msg, sizeof a->msg) == 0;
+    } else {
+        snprintf(a->msg, sizeof a->msg, "bind or alloc failed: %s", err.msg);
+    }
+    dt_nn_gpu_unbind();
+    pthread_mutex_lock(&a->mu);
+    a->ok = ok;
+    a->stage = 2;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+DT_TEST(gpu_graph_other_threads_allocate_during_a_capture)
+{
+    const dt_nn_ops *g = gpu_ops();
+    float *d = g->alloc(64 * sizeof(float));
+    other_arg a = {.stage = 0};
+    pthread_mutex_init(&a.mu, NULL);
+    pthread_cond_init(&a.cv, NULL);
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, other_thread, &a), 0);
+    char msg[512] = "";
+    ASSERT_EQ(g->graph_begin(msg, sizeof msg), 0);
+    g->fill(64, 2.0f, d);
+    pthread_mutex_lock(&a.mu);
+    a.stage = 1;
+    pthread_cond_signal(&a.cv);
+    while (a.stage < 2)
+        pthread_cond_wait(&a.cv, &a.mu);
+    pthread_mutex_unlock(&a.mu);
+    ASSERT_EQ(pthread_join(t, NULL), 0);
+    if (!a.ok)
+        fprintf(stderr, "the other thread: %s\n", a.msg);
+    ASSERT_TRUE(a.ok);
+    void *graph = NULL;
+    ASSERT_EQ(g->graph_end(&graph, msg, sizeof msg), 0);
+    ASSERT_EQ(g->graph_launch(graph, msg, sizeof msg), 0);
+    float h[64];
+    g->download(h, d, sizeof h);
+    GPU_SYNC();
+    ASSERT_FEQ(h[63], 2.0f);
+    g->graph_free(graph);
+    g->free(d);
+    pthread_mutex_destroy(&a.mu);
+    pthread_cond_destroy(&a.cv);
+    dt_nn_gpu_unbind();
+}
+
+/* --- NCCL in a graph ----------------------------------------------------------------------------
+ */
+
+#define NC 1000
+
+typedef struct member_arg {
+    dt_nn_gpu_clique *c;
+    int m, dev;
+    float got[NC], before[NC];
+    char msg[1200];
+    bool ok;
+} member_arg;
+
+/* Member m: its buffer is (m + 1) x; it captures all-reduce + y *= 0.25, then replays it twice. */
+static void *member(void *p)
+{
+    member_arg *a = p;
+    const dt_nn_ops *g = NULL;
+    dt_err err = {0};
+    a->ok = false;
+    if (dt_nn_gpu_bind(a->dev, false, &g, &err) != DT_OK) {
+        snprintf(a->msg, sizeof a->msg, "bind: %s", err.msg);
+        return NULL;
+    }
+    float *h = gpu_randn(NC, 1.0f, 9);
+    for (int i = 0; i < NC; i++)
+        h[i] *= (float)(a->m + 1);
+    float *d = g->alloc(NC * sizeof(float)), *q = g->alloc(NC * sizeof(float));
+    g->upload(d, h, NC * sizeof(float));
+    g->fill(NC, 0.25f, q);
+    char msg[512] = "";
+    void *graph = NULL;
+    bool ok = g->graph_begin(msg, sizeof msg) == 0;
+    ok = ok && dt_nn_gpu_clique_allreduce(a->c, a->m, d, NC, &err) == DT_OK;
+    if (ok)
+        g->mul(NC, q, d, d, false);
+    ok = ok && g->graph_end(&graph, msg, sizeof msg) == 0;
+    if (ok) {
+        g->download(a->before, d, NC * sizeof(float));
+        ok = g->graph_launch(graph, msg, sizeof msg) == 0 &&
+             g->graph_launch(graph, msg, sizeof msg) == 0;
+    }
+    if (ok) {
+        g->download(a->got, d, NC * sizeof(float));
+        ok = g->sync(msg, sizeof msg) == 0;
+    }
+    if (!ok)
+        snprintf(a->msg, sizeof a->msg, "member %d: %s%s", a->m, msg, err.msg);
+    g->graph_free(graph);
+    g->free(d);
+    g->free(q);
+    free(h);
+    dt_nn_gpu_unbind();
+    a->ok = ok;
+    return NULL;
+}
+
+DT_TEST(gpu_graph_records_nccl_all_reduce)
+{
+    const dt_nn_ops *g = gpu_ops();
+    (void)g;
+    dt_nn_gpu_unbind();
+    char why[256] = "";
+    int n = dt_nn_gpu_count(why, sizeof why);
+    dt_nn_gpu_dev info;
+    dt_err err = {0};
+    ASSERT_OK(dt_nn_gpu_info(0, &info, &err), &err);
+    /* two members: two GPUs, or the emulator's one (which takes two ranks on a device) */
+    int devs[2] = {0, n >= 2 ? 1 : 0};
+    if (n < 2 && !strstr(info.name, "emulator"))
+        DT_SKIP("one GPU: the NCCL graph test needs two");
+    dt_nn_gpu_clique *c = NULL;
+    ASSERT_OK(dt_nn_gpu_clique_new(2, devs, &c, &err), &err);
+    member_arg *a = calloc(2, sizeof *a);
+    pthread_t t[2];
+    for (int m = 0; m < 2; m++) {
+        a[m] = (member_arg){.c = c, .m = m, .dev = devs[m]};
+        ASSERT_EQ(pthread_create(&t[m], NULL, member, &a[m]), 0);
+    }
+    for (int m = 0; m < 2; m++)
+        ASSERT_EQ(pthread_join(t[m], NULL), 0);
+    for (int m = 0; m < 2; m++) {
+        if (!a[m].ok)
+            fprintf(stderr, "%s\n", a[m].msg);
+        ASSERT_TRUE(a[m].ok);
+    }
+    float *x = gpu_randn(NC, 1.0f, 9);
+    for (int i = 0; i < NC; i++) {
+        /* nothing ran during the capture */
+        ASSERT_FEQ(a[0].before[i], x[i]);
+        ASSERT_FEQ(a[1].before[i], 2.0f * x[i]);
+        /* launch 1: 0.25 (x + 2x); launch 2: 0.25 (v + v) */
+        float v = 0.25f * (x[i] + 2.0f * x[i]);
+        float w = 0.25f * (v + v);
+        ASSERT_FEQ(a[0].got[i], w);
+        ASSERT_FEQ(a[1].got[i], w);
+    }
+    free(x);
+    free(a);
+    dt_nn_gpu_clique_free(c);
+}
