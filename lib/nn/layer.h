@@ -227,7 +227,14 @@ struct dt__nn_ctx {
     /* Training backward only (else NULL): see dt__nn_weights_done. */
     void (*weights_done)(dt__nn_ctx *c, dt__nn_layer *l);
     void *owner;
+    dt_model *model; /* whose step this is (dt__nn_drop's keys) */
 };
+
+/* Inverted dropout of n floats with the step's next key (model.c): drawn from c->rng now, or,
+ * in a step whose per-step values were put on the device beforehand (a CUDA graph's step, see
+ * dt_model_graph_feed), read by the kernel from there. Every layer's dropout goes through it,
+ * so a step's draws are counted and replayable. */
+void dt__nn_drop(dt__nn_ctx *c, const float *x, float *y, float *mask, size_t n, float rate);
 
 /* A layer's backward calls this once its weight gradients are final and before it computes
  * dx: the model then hands them to the grad-ready hook, so their all-reduce runs while dx is

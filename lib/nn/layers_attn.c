@@ -215,7 +215,7 @@ static void mha_forward(dt__nn_layer *l, dt__nn_ctx *c)
     o->act_fwd(&softmax, b.p, b.p, rows, d.tv);
     const float *pa = b.p;
     if (drop) {
-        o->dropout_fwd(b.p, b.pd, b.dm, rows * d.tv, l->rate, c->rng);
+        dt__nn_drop(c, b.p, b.pd, b.dm, rows * d.tv, l->rate);
         pa = b.pd;
     }
     for (int s = 0; s < d.n; s++)

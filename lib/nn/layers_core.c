@@ -281,7 +281,7 @@ static void dropout_forward(dt__nn_layer *l, dt__nn_ctx *c)
 {
     size_t n = (size_t)c->n * dt__nn_shape_size(&l->out);
     if (dropout_active(l, c))
-        c->ops->dropout_fwd(dt__nn_x(c, l, 0), l->y, l->aux, n, l->rate, c->rng);
+        dt__nn_drop(c, dt__nn_x(c, l, 0), l->y, l->aux, n, l->rate);
     else
         c->ops->copy(n, dt__nn_x(c, l, 0), l->y, false);
 }

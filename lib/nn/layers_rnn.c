@@ -539,7 +539,7 @@ static void draw_masks(dt__nn_layer *l, dt__nn_ctx *c, const dir_bufs *b)
     size_t n = (size_t)c->n, T = (size_t)steps(l), D = (size_t)l->in_shape[0].d[1];
     for (int g = 0; g < drop_groups(l); g++) {
         o->fill(n * D, 1.0f, b->xd);
-        o->dropout_fwd(b->xd, b->xd, b->mc, n * D, l->rate, c->rng);
+        dt__nn_drop(c, b->xd, b->xd, b->mc, n * D, l->rate);
         float *m = b->mx + (size_t)g * n * T * D;
         for (size_t s = 0; s < n; s++)
             o->copy2d(T, (int)D, b->mc + s * D, 0, m + s * T * D, (int)D, false);

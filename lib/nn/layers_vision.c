@@ -571,7 +571,7 @@ static void sdrop_forward(dt__nn_layer *l, dt__nn_ctx *c)
     float *ones = c->col, *draw = c->col + nc, *mask = l->aux;
     c->ops->fill(nc, 1.0f, ones);
     /* draw = the (n, C) mask; the head of aux is its scratch until the spread overwrites it */
-    c->ops->dropout_fwd(ones, draw, mask, nc, l->rate, c->rng);
+    dt__nn_drop(c, ones, draw, mask, nc, l->rate);
     for (int s = 0; s < c->n; s++) /* row stride 0: every pixel reads the sample's draws */
         c->ops->copy2d((size_t)hw, C, draw + (size_t)s * C, 0, mask + (size_t)s * hw * C, C, false);
     c->ops->mul(total, dt__nn_x(c, l, 0), mask, l->y, false);

@@ -11,9 +11,21 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Dropout keys a graphed step may draw (the dropout calls of one step: one per Dropout layer,
+ * per recurrent layer with dropout, ...). */
+#define DT_MODEL_GRAPH_KEYS 256
+
+/* The per-step values of a graphed step, as the device block holds them (dt_model_graph_feed):
+ * the loss's (dt_nn_loss_p.step), then the dropout keys in call order. */
+typedef struct gblock_t {
+    float loss[DT_NN_LOSS_STEP_FLOATS];
+    uint64_t keys[DT_MODEL_GRAPH_KEYS];
+} gblock_t;
 
 struct dt_model {
     dt__nn_graph g;
@@ -41,6 +53,18 @@ struct dt_model {
     float step_reg_scale;
     size_t step_ready;
     const dt__nn_layer *step_early;
+    /* CUDA graphs of the step (dt_model_graph_*). gen counts the reallocations of the
+     * activation buffers (a graph holds their addresses). fed: dt_model_graph_feed put the
+     * batch and the step block on the device, so the step uploads nothing and its kernels read
+     * the per-step values there (fed_count: the loss's divisor, computed by the feed). drops:
+     * dropout calls of the step so far; drops_last: of the last whole step; fed_keys: keys the
+     * feed drew. gblock (device) mirrors gblock_host; broken: why the graphs must stop. */
+    uint64_t gen;
+    bool fed;
+    double fed_count;
+    int drops, drops_last, fed_keys;
+    gblock_t *gblock, gblock_host;
+    char broken[160];
 };
 
 static dt__nn_layer *root(dt_model *m, dt__nn_layer *l)
@@ -91,6 +115,7 @@ static dt_status reserve(dt_model *m, int n, dt_err *err)
     if (n <= m->reserved)
         return DT_OK;
     free_buffers(m);
+    m->gen++;
     const dt_nn_ops *o = m->ops;
     size_t col = 0;
     bool ok = true;
@@ -432,6 +457,7 @@ void dt_model_free(dt_model *m)
     dt_nn_free(m->ops, m->params);
     dt_nn_free(m->ops, m->grads);
     dt_nn_free(m->ops, m->state);
+    dt_nn_free(m->ops, m->gblock);
     free(m->weights);
     for (int i = 0; m->g.layers && i < m->g.n; i++)
         free(m->g.layers[i].cfg_floats);
@@ -644,7 +670,25 @@ static dt__nn_ctx ctx(dt_model *m, int n, bool training)
                         .n = n,
                         .training = training,
                         .rng = &m->rng,
-                        .col = m->col};
+                        .col = m->col,
+                        .model = m};
+}
+
+void dt__nn_drop(dt__nn_ctx *c, const float *x, float *y, float *mask, size_t n, float rate)
+{
+    dt_model *m = c->model;
+    int k = m ? m->drops++ : 0;
+    if (m && m->fed && c->ops->dropout_fwd_key) {
+        if (k < m->fed_keys) {
+            c->ops->dropout_fwd_key(x, y, mask, n, rate, &m->gblock->keys[k]);
+            return;
+        }
+        /* more draws than the step this feed copied: the step changed shape under the graph */
+        snprintf(m->broken, sizeof m->broken,
+                 "the step made more dropout draws (%d) than the one before it (%d)", k + 1,
+                 m->fed_keys);
+    }
+    c->ops->dropout_fwd(x, y, mask, n, rate, c->rng);
 }
 
 static dt_status check_batch(dt_model *m, const dt_model_batch *b, const dt_loss *loss, dt_err *err)
@@ -681,7 +725,8 @@ static void beat(dt_model *m)
 static dt_status forward(dt_model *m, const float *x, int n, bool training, dt_err *err)
 {
     dt__nn_layer *in = &m->g.layers[0];
-    m->ops->upload(in->y, x, (size_t)n * dt__nn_shape_size(&in->out) * sizeof(float));
+    if (!m->fed) /* else dt_model_graph_feed uploaded it */
+        m->ops->upload(in->y, x, (size_t)n * dt__nn_shape_size(&in->out) * sizeof(float));
     dt__nn_ctx c = ctx(m, n, training);
     for (int i = 1; i < m->g.n; i++) {
         dt__nn_layer *l = &m->g.layers[i];
@@ -766,28 +811,26 @@ static bool all_binary(const float *t, size_t n)
     return true;
 }
 
-/* The batch's loss: the mean over its samples (over those not ignored, with ignore_class), and
- * scale times the gradient of the sum of the per-sample losses in the output's dy. */
-static double compute_loss(dt_model *m, const dt_loss *loss, const dt_model_batch *b, float scale)
+/* The host half of the loss: uploads the batch's labels or targets and its sample weights, and
+ * works out what depends on them: the scale (with ignore_class, over the rows left), hinge's
+ * -1/1 flag and the divisor of the mean. */
+static void loss_feed(dt_model *m, const dt_loss *loss, const dt_model_batch *b, float *scale,
+                      bool *pm1, double *count)
 {
     int cols = (int)dt_model_output_size(m);
     size_t nt = (size_t)b->n * (size_t)cols;
-    dt_nn_loss_p p = {.kind = loss->kind,
-                      .label_smoothing = loss->label_smoothing,
-                      .delta = loss->delta,
-                      .has_ignore_class = loss->has_ignore_class,
-                      .ignore_class = loss->ignore_class};
-    const float *pred = loss_input(m, loss, &p.from_logits);
-    double count = b->n;
+    *count = b->n;
+    *pm1 = false;
     if (loss->kind == DT_NN_LOSS_SPARSE_CE) {
         m->ops->upload(m->labels, b->labels, (size_t)b->n * sizeof(int32_t));
         /* Keras masks the ignored rows and divides by the rows left (per replica, as under
          * MirroredStrategy: each replica's mean counts 1/R of the global one). */
         if (loss->has_ignore_class) {
-            count = 0;
+            double c = 0;
             for (int i = 0; i < b->n; i++)
-                count += b->labels[i] != loss->ignore_class;
-            scale = count > 0 ? (float)(scale * b->n / count) : 0.0f;
+                c += b->labels[i] != loss->ignore_class;
+            *scale = c > 0 ? (float)(*scale * b->n / c) : 0.0f;
+            *count = c;
         }
     } else {
         /* Integer labels of a one-output model are the float targets Keras casts them to. */
@@ -797,16 +840,37 @@ static double compute_loss(dt_model *m, const dt_loss *loss, const dt_model_batc
                 m->host_targets[i] = (float)b->labels[i];
             t = m->host_targets;
         }
-        p.hinge_pm1 = (loss->kind == DT_NN_LOSS_HINGE || loss->kind == DT_NN_LOSS_SQUARED_HINGE) &&
-                      all_binary(t, nt);
+        *pm1 = (loss->kind == DT_NN_LOSS_HINGE || loss->kind == DT_NN_LOSS_SQUARED_HINGE) &&
+               all_binary(t, nt);
         m->ops->upload(m->targets, t, nt * sizeof(float));
     }
-    dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
-    const float *row_w = NULL;
-    if (b->sample_weight) {
+    if (b->sample_weight)
         m->ops->upload(m->row_w, b->sample_weight, (size_t)b->n * sizeof(float));
-        row_w = m->row_w;
+}
+
+/* The batch's loss: the mean over its samples (over those not ignored, with ignore_class), and
+ * scale times the gradient of the sum of the per-sample losses in the output's dy. A fed step
+ * (dt_model_graph_feed) has its batch on the device already and the kernel reads the scale and
+ * hinge's flag from the step block. */
+static double compute_loss(dt_model *m, const dt_loss *loss, const dt_model_batch *b, float scale)
+{
+    int cols = (int)dt_model_output_size(m);
+    dt_nn_loss_p p = {.kind = loss->kind,
+                      .label_smoothing = loss->label_smoothing,
+                      .delta = loss->delta,
+                      .has_ignore_class = loss->has_ignore_class,
+                      .ignore_class = loss->ignore_class};
+    const float *pred = loss_input(m, loss, &p.from_logits);
+    double count;
+    if (m->fed) {
+        p.step = m->gblock->loss;
+        count = m->fed_count;
+        scale = NAN; /* the kernel reads the block's: one that did not would show */
+    } else {
+        loss_feed(m, loss, b, &scale, &p.hinge_pm1, &count);
     }
+    dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
+    const float *row_w = b->sample_weight ? m->row_w : NULL;
     double sum = 0;
     m->ops->loss(&p, pred, m->labels, loss->kind == DT_NN_LOSS_SPARSE_CE ? NULL : m->targets, row_w,
                  (size_t)b->n, cols, scale, o->dy, &sum);
@@ -869,8 +933,8 @@ void dt_model_set_grad_ready(dt_model *m, dt_model_grad_ready_fn fn, void *ctx)
     m->grad_ready_ctx = ctx;
 }
 
-dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
-                              int global_batch, dt_step_stats *stats, dt_err *err)
+static dt_status train_step(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                            int global_batch, dt_step_stats *stats, dt_err *err)
 {
     DT_TRY(check_batch(m, b, loss, err));
     if (global_batch < b->n)
@@ -923,6 +987,97 @@ dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_b
                           "learning rate or check the inputs",
                           l);
     return DT_OK;
+}
+
+dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                              int global_batch, dt_step_stats *stats, dt_err *err)
+{
+    m->drops = 0;
+    dt_status st = train_step(m, loss, b, global_batch, stats, err);
+    if (st == DT_OK || m->drops > 0) /* the forward ran: its dropout calls were counted */
+        m->drops_last = m->drops;
+    m->fed = false;
+    return st;
+}
+
+/* --- CUDA graphs of the training step ------------------------------------------------------- */
+
+bool dt_model_graph_fit(const dt_model *m, char *why, size_t n)
+{
+    const char *w = NULL;
+    char buf[DT_NN_NAME_LEN + 160];
+    if (!m->ops->graph_begin)
+        w = "the backend runs each kernel when it is called";
+    else if (!m->ops->dropout_fwd_key)
+        w = "the backend has no dropout with a key in device memory";
+    else if (m->broken[0])
+        w = m->broken;
+    for (int i = 1; !w && i < m->g.n; i++) {
+        const dt__nn_layer *l = &m->g.layers[i];
+        /* The random augmentation layers draw each image's parameters on the host and upload
+         * them every step: a replay would reuse the captured step's draws. */
+        const dt__nn_layer_vt *vt = l->vt;
+        if (vt == &dt__nn_random_flip || vt == &dt__nn_random_brightness ||
+            vt == &dt__nn_random_contrast || vt == &dt__nn_random_crop ||
+            vt == &dt__nn_random_translation || vt == &dt__nn_random_zoom ||
+            vt == &dt__nn_random_rotation) {
+            snprintf(buf, sizeof buf, "layer '%s' (%s) draws its parameters on the host every step",
+                     l->name, vt->class_name);
+            w = buf;
+        }
+    }
+    if (w && why && n)
+        snprintf(why, n, "%s", w);
+    return w == NULL;
+}
+
+uint64_t dt_model_graph_gen(const dt_model *m)
+{
+    return m->gen;
+}
+
+dt_status dt_model_graph_feed(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                              int global_batch, dt_err *err)
+{
+    m->fed = false;
+    DT_TRY(check_batch(m, b, loss, err));
+    if (global_batch < b->n)
+        return dt_err_set(err, DT_EINVAL, "model: global batch %d is smaller than the batch %d",
+                          global_batch, b->n);
+    if (b->n > m->reserved)
+        return dt_err_set(err, DT_ESTATE,
+                          "model: a graphed step of %d samples before an eager one (its "
+                          "buffers are not reserved)",
+                          b->n);
+    if (m->drops_last > DT_MODEL_GRAPH_KEYS)
+        return dt_err_set(err, DT_ENOTSUP,
+                          "model: the step draws %d dropout keys; a graphed step holds %d",
+                          m->drops_last, DT_MODEL_GRAPH_KEYS);
+    if (!m->gblock && !(m->gblock = dt_nn_alloc(m->ops, sizeof *m->gblock)))
+        return dt_err_set(err, DT_ENOMEM, "model: out of memory for the step block");
+    dt__nn_layer *in = &m->g.layers[0];
+    m->ops->upload(in->y, b->x, (size_t)b->n * dt__nn_shape_size(&in->out) * sizeof(float));
+    float scale = 1.0f / (float)global_batch;
+    bool pm1;
+    double count;
+    loss_feed(m, loss, b, &scale, &pm1, &count);
+    m->gblock_host.loss[DT_NN_LOSS_STEP_SCALE] = scale;
+    m->gblock_host.loss[DT_NN_LOSS_STEP_PM1] = pm1 ? 1.0f : 0.0f;
+    /* the keys the step's dropout calls draw, in call order (the CPU draws dt_rng_u64 per call) */
+    for (int k = 0; k < m->drops_last; k++)
+        m->gblock_host.keys[k] = dt_rng_u64(&m->rng);
+    m->ops->upload(m->gblock, &m->gblock_host,
+                   offsetof(gblock_t, keys) + (size_t)m->drops_last * sizeof(uint64_t));
+    m->fed = true;
+    m->fed_count = count;
+    m->fed_keys = m->drops_last;
+    return DT_OK;
+}
+
+void dt_model_graph_replayed(dt_model *m)
+{
+    m->drops = m->drops_last = m->fed_keys;
+    m->fed = false;
 }
 
 dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_err *err)

@@ -206,6 +206,26 @@ dt_status dt_model_adapt_begin(dt_model *m, dt_model_adapt **out, dt_err *err);
 void dt_model_adapt_rows(dt_model_adapt *a, const float *x, size_t n);
 void dt_model_adapt_end(dt_model *m, dt_model_adapt *a);
 
+/* CUDA graphs of the training step (lib/train/graph.c drives them on a device backend).
+ * A graph replays the kernels of a step with the arguments they were captured with, so
+ * everything that changes from step to step reaches them through device memory:
+ * dt_model_graph_feed does the host half of a step ahead of it (checks the batch, uploads it,
+ * and fills the model's step block: the loss's scale and hinge flag, one dropout key per
+ * dropout call of the last step, drawn from the model's rng in call order); the next
+ * dt_model_train_step then uploads nothing and its kernels read those values (capture it), or
+ * a replay of a captured step runs instead and dt_model_graph_replayed records that it did.
+ * A fed step and a plain one give the same bits. Feed only a batch size that had a plain
+ * step (which allocates its buffers); a graph holds buffer addresses, valid while
+ * dt_model_graph_gen stays the same (a larger batch reallocates them).
+ * dt_model_graph_fit: false, with why, when the step cannot be graphed (a backend without
+ * graphs; a layer doing host work every step: the random augmentation layers; a step whose
+ * dropout calls changed). */
+bool dt_model_graph_fit(const dt_model *m, char *why, size_t n);
+dt_status dt_model_graph_feed(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                              int global_batch, dt_err *err);
+void dt_model_graph_replayed(dt_model *m);
+uint64_t dt_model_graph_gen(const dt_model *m);
+
 /* Inference forward; writes (n, output size) floats to out (host). */
 dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_err *err);
 

@@ -151,7 +151,13 @@ typedef struct dt_nn_loss_p {
     bool has_ignore_class; /* SPARSE_CE */
     int32_t ignore_class;
     bool hinge_pm1; /* HINGE, SQUARED_HINGE */
+    /* Device memory (NULL: none): the values that change from batch to batch, read by the
+     * kernel instead of the call's scale and hinge_pm1, so that a CUDA graph's replay takes
+     * each step's: step[DT_NN_LOSS_STEP_SCALE], step[DT_NN_LOSS_STEP_PM1] (0 or 1). */
+    const float *step;
 } dt_nn_loss_p;
+
+enum { DT_NN_LOSS_STEP_SCALE, DT_NN_LOSS_STEP_PM1, DT_NN_LOSS_STEP_FLOATS };
 
 /* Optimizer updates, one kind per Keras optimizer (AdamW is Adam with weight decay). */
 typedef enum dt_nn_upd_kind {
@@ -201,7 +207,36 @@ typedef struct dt_nn_update {
     float *ema; /* the "average" slot, or NULL */
     float ema_momentum;
     bool ema_overwrite;
+    /* Device memory (NULL: none): this step's values of the fields that change from step to
+     * step (lr, decay, c, l2, ema_momentum, ema_overwrite as 0/1), in that order (see
+     * dt_nn_update_pack), read by the kernel instead of the fields: a CUDA graph's replay then
+     * takes each step's, which the host uploads before launching it. */
+    const float *step;
 } dt_nn_update;
+
+#define DT_NN_UPD_STEP_FLOATS 10
+/* u's per-step fields into step[DT_NN_UPD_STEP_FLOATS] (host); DT_NN_UPD_UNPACK(u, step) is
+ * the reverse, for the kernels (u a struct, not a pointer; host or device code). */
+static inline void dt_nn_update_pack(const dt_nn_update *u, float *step)
+{
+    step[0] = u->lr;
+    step[1] = u->decay;
+    for (int i = 0; i < 5; i++)
+        step[2 + i] = u->c[i];
+    step[7] = u->l2;
+    step[8] = u->ema_momentum;
+    step[9] = u->ema_overwrite ? 1.0f : 0.0f;
+}
+#define DT_NN_UPD_UNPACK(u, s)                                                                     \
+    do {                                                                                           \
+        (u).lr = (s)[0];                                                                           \
+        (u).decay = (s)[1];                                                                        \
+        for (int k_ = 0; k_ < 5; k_++)                                                             \
+            (u).c[k_] = (s)[2 + k_];                                                               \
+        (u).l2 = (s)[7];                                                                           \
+        (u).ema_momentum = (s)[8];                                                                 \
+        (u).ema_overwrite = (s)[9] != 0.0f;                                                        \
+    } while (0)
 
 /* Recurrent cells, one timestep over n rows of u units (layers_rnn.c runs the GEMMs around
  * them). G gates per unit: SIMPLE 1, LSTM 4 (Keras's order i, f, c, o), GRU 3 (z, r, h).
@@ -338,6 +373,10 @@ typedef struct dt_nn_ops {
 
     /* Inverted dropout: mask = (u >= rate) / (1 - rate); y = x * mask. */
     void (*dropout_fwd)(const float *x, float *y, float *mask, size_t n, float rate, dt_rng *rng);
+    /* The same with the call's key given (dt_rng_u64 of the rng, drawn by the caller) in device
+     * memory, where a CUDA graph's replay reads each step's (model.c's step block). */
+    void (*dropout_fwd_key)(const float *x, float *y, float *mask, size_t n, float rate,
+                            const uint64_t *key);
 
     /* Small vector ops. axpby: y = a x + b y. mul: y (=/+=) x * m. */
     void (*axpby)(size_t n, float a, const float *x, float b, float *y);

@@ -603,6 +603,17 @@ static void cpu_dropout_fwd(const float *x, float *y, float *mask, size_t n, flo
     }
 }
 
+static void cpu_dropout_fwd_key(const float *x, float *y, float *mask, size_t n, float rate,
+                                const uint64_t *key)
+{
+    float keep = 1.0f / (1.0f - rate);
+    uint64_t k = *key;
+    for (size_t i = 0; i < n; i++) {
+        mask[i] = dt__nn_dropout_u(k, i) >= rate ? keep : 0.0f;
+        y[i] = x[i] * mask[i];
+    }
+}
+
 static void cpu_axpby(size_t n, float a, const float *x, float b, float *y)
 {
     for (size_t i = 0; i < n; i++)
@@ -658,6 +669,7 @@ static const dt_nn_ops cpu_ops = {
     .bn_fwd = cpu_bn_fwd,
     .bn_bwd = cpu_bn_bwd,
     .dropout_fwd = cpu_dropout_fwd,
+    .dropout_fwd_key = cpu_dropout_fwd_key,
     .axpby = cpu_axpby,
     .mul = cpu_mul,
     .copy = cpu_copy,

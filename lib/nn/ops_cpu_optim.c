@@ -185,6 +185,12 @@ static void upd_lion(const dt_nn_update *u, float *restrict w, const float *rest
 
 void dt__nn_cpu_update(const dt_nn_update *u, float *w, const float *g, size_t n)
 {
+    dt_nn_update stepped;
+    if (u->step) { /* this step's values from the step block (a graph's replay) */
+        stepped = *u;
+        DT_NN_UPD_UNPACK(stepped, u->step);
+        u = &stepped;
+    }
     switch (u->kind) {
     case DT_NN_UPD_SGD:
         upd_sgd(u, w, g, n);

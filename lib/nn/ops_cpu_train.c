@@ -168,6 +168,13 @@ void dt__nn_cpu_loss(const dt_nn_loss_p *lp, const float *pred, const int32_t *l
                      float *dpred, double *loss_sum)
 {
     double total = 0;
+    dt_nn_loss_p stepped;
+    if (lp->step) { /* this step's values from the step block (a graph's replay) */
+        stepped = *lp;
+        scale = lp->step[DT_NN_LOSS_STEP_SCALE];
+        stepped.hinge_pm1 = lp->step[DT_NN_LOSS_STEP_PM1] != 0.0f;
+        lp = &stepped;
+    }
     const float scale0 = scale;
     for (size_t r = 0; r < n; r++) {
         const float *p = pred + r * (size_t)cols;

@@ -295,6 +295,13 @@ static void g_dropout_fwd(const float *x, float *y, float *mask, size_t n, float
     RUN(dropout_fwd(x, y, mask, n, rate, rng));
 }
 
+static void g_dropout_fwd_key(const float *x, float *y, float *mask, size_t n, float rate,
+                              const uint64_t *key)
+{
+    DEV(x), DEV(y), DEV(mask), DEV(key);
+    RUN(dropout_fwd_key(x, y, mask, n, rate, key));
+}
+
 static void g_axpby(size_t n, float a, const float *x, float b, float *y)
 {
     DEV(x), DEV(y);
@@ -569,6 +576,7 @@ static const dt_nn_ops guard_ops = {
     .bn_fwd = g_bn_fwd,
     .bn_bwd = g_bn_bwd,
     .dropout_fwd = g_dropout_fwd,
+    .dropout_fwd_key = g_dropout_fwd_key,
     .axpby = g_axpby,
     .mul = g_mul,
     .copy = g_copy,

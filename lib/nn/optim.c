@@ -25,6 +25,11 @@ struct dt_optim {
     /* Nadam: the product u_1 ... u_k, kept for k = nadam_k (recomputed after a restore). */
     int64_t nadam_k;
     double nadam_prod;
+    /* CUDA graphs: the update dt_optim_prepare made, its per-step values in step_dev (device,
+     * DT_NN_UPD_STEP_FLOATS) uploaded from step_host. */
+    dt_nn_update prepared;
+    float *step_dev;
+    float step_host[DT_NN_UPD_STEP_FLOATS];
 };
 
 void dt_optim_defaults(dt_optim_kind kind, dt_optim_cfg *out)
@@ -391,6 +396,7 @@ void dt_optim_free(dt_optim *o)
         return;
     for (size_t i = 0; i < o->n_slots; i++)
         dt_nn_free(dt_model_ops(o->m), o->slot[i]);
+    dt_nn_free(dt_model_ops(o->m), o->step_dev);
     free(o->seg_off);
     free(o->seg_len);
     free(o->seg_sumsq);
@@ -460,18 +466,13 @@ static const dt_nn_upd_kind upd_kind[] = {
     [DT_OPTIM_FTRL] = DT_NN_UPD_FTRL,       [DT_OPTIM_LION] = DT_NN_UPD_LION,
 };
 
-dt_status dt_optim_step(dt_optim *o, dt_err *err)
+/* The update of iteration o->iterations: every scalar the kernel takes. */
+static dt_nn_update build_update(dt_optim *o)
 {
-    (void)err;
-    size_t n;
-    float *w = dt_model_params(o->m, &n);
-    float *g = dt_model_grads(o->m, NULL);
-    const dt_nn_ops *ops = dt_model_ops(o->m);
     const dt_optim_cfg *c = &o->cfg;
     int64_t it = o->iterations;
     double t = (double)(it + 1); /* Keras's local_step */
     float lr = (float)dt_optim_learning_rate_at(o, it);
-    clip_by_norm(o, g, n);
     dt_nn_update u = {
         .kind = upd_kind[c->kind],
         .lr = lr,
@@ -522,9 +523,53 @@ dt_status dt_optim_step(dt_optim *o, dt_err *err)
     default:
         break;
     }
-    ops->update(&u, w, g, n);
+    return u;
+}
+
+dt_status dt_optim_step(dt_optim *o, dt_err *err)
+{
+    (void)err;
+    size_t n;
+    float *w = dt_model_params(o->m, &n);
+    float *g = dt_model_grads(o->m, NULL);
+    clip_by_norm(o, g, n);
+    dt_nn_update u = build_update(o);
+    dt_model_ops(o->m)->update(&u, w, g, n);
     o->iterations++;
     return DT_OK;
+}
+
+dt_status dt_optim_prepare(dt_optim *o, dt_err *err)
+{
+    const dt_nn_ops *ops = dt_model_ops(o->m);
+    if (!o->step_dev) {
+        o->step_dev = dt_nn_alloc(ops, sizeof o->step_host);
+        if (!o->step_dev)
+            return dt_err_set(err, DT_ENOMEM, "optimizer: out of memory for its step values");
+    }
+    o->prepared = build_update(o);
+    dt_nn_update_pack(&o->prepared, o->step_host);
+    ops->upload(o->step_dev, o->step_host, sizeof o->step_host);
+    o->prepared.step = o->step_dev;
+    /* The fields the block replaces are NaN: a kernel that read them instead shows at once. */
+    o->prepared.lr = o->prepared.decay = o->prepared.l2 = o->prepared.ema_momentum = NAN;
+    for (int i = 0; i < 5; i++)
+        o->prepared.c[i] = NAN;
+    return DT_OK;
+}
+
+void dt_optim_apply(dt_optim *o)
+{
+    size_t n;
+    float *w = dt_model_params(o->m, &n);
+    float *g = dt_model_grads(o->m, NULL);
+    clip_by_norm(o, g, n);
+    dt_model_ops(o->m)->update(&o->prepared, w, g, n);
+}
+
+void dt_optim_advance(dt_optim *o)
+{
+    o->iterations++;
 }
 
 void dt_optim_finalize(dt_optim *o)

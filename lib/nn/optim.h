@@ -144,6 +144,15 @@ void dt_optim_free(dt_optim *o);
 
 /* Applies the model's grads buffer to its params: one Keras iteration (see above). */
 dt_status dt_optim_step(dt_optim *o, dt_err *err);
+/* dt_optim_step in three parts, for a step that a CUDA graph replays (lib/train/graph.c):
+ * prepare computes the next iteration's per-step values (learning rate, bias corrections, the
+ * EMA's factors) and uploads them into a small device block (allocated by its first call, so
+ * call it before any capture); apply queues the clipping and the update, whose kernel reads
+ * them from there, so a captured apply replays right after each step's prepare; advance counts
+ * the iteration. prepare, apply, advance = dt_optim_step, bit for bit. */
+dt_status dt_optim_prepare(dt_optim *o, dt_err *err);
+void dt_optim_apply(dt_optim *o);
+void dt_optim_advance(dt_optim *o);
 /* Keras's finalize_variable_values, which fit() calls after its last epoch: with use_ema the
  * moving average replaces the weights; otherwise nothing. */
 void dt_optim_finalize(dt_optim *o);

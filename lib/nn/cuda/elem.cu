@@ -351,6 +351,30 @@ static void cu_dropout_fwd(const float *x, float *y, float *mask, size_t n, floa
     DT_CU_LAUNCH(dropout_k);
 }
 
+/* The key from device memory (a graph replays the step with each step's key). */
+static __global__ void dropout_key_k(const float *x, float *y, float *mask, size_t n, float rate,
+                                     float keep, const uint64_t *key)
+{
+    uint64_t k = *key;
+    DT_CU_FOR(i, n)
+    {
+        float m = dt__nn_dropout_u(k, i) >= rate ? keep : 0.0f;
+        mask[i] = m;
+        y[i] = __fmul_rn(x[i], m);
+    }
+}
+
+static void cu_dropout_fwd_key(const float *x, float *y, float *mask, size_t n, float rate,
+                               const uint64_t *key)
+{
+    float keep = 1.0f / (1.0f - rate);
+    if (n == 0)
+        return;
+    dropout_key_k<<<dt_cu_blocks(n), DT_CU_THREADS, 0, dt_cu_stream()>>>(x, y, mask, n, rate, keep,
+                                                                         key);
+    DT_CU_LAUNCH(dropout_key_k);
+}
+
 /* --- vector ops ------------------------------------------------------------------------------- */
 
 static __global__ void axpby_k(size_t n, float a, const float *x, float b, float *y)
@@ -451,6 +475,7 @@ void dt_cu_fill_elem(dt_nn_ops *o)
     o->act_fwd = cu_act_fwd;
     o->act_bwd = cu_act_bwd;
     o->dropout_fwd = cu_dropout_fwd;
+    o->dropout_fwd_key = cu_dropout_fwd_key;
     o->axpby = cu_axpby;
     o->mul = cu_mul;
     o->copy = cu_copy;

@@ -257,6 +257,10 @@ static __global__ void loss_k(dt_nn_loss_p lp, const float *pred, const int32_t 
                               float scale0, float *dpred, double *rl)
 {
     __shared__ double sh[ROW_MAX_T];
+    if (lp.step) { /* this step's values from the step block (a graph's replay) */
+        scale0 = lp.step[DT_NN_LOSS_STEP_SCALE];
+        lp.hinge_pm1 = lp.step[DT_NN_LOSS_STEP_PM1] != 0.0f;
+    }
     for (size_t r = blockIdx.x; r < n; r += gridDim.x) {
         const float *p = pred + r * (size_t)cols;
         const float *t = values ? values + r * (size_t)cols : NULL;
@@ -514,6 +518,8 @@ static __device__ __forceinline__ void upd_lion(const dt_nn_update &u, size_t i,
  * memory). The switch is uniform over the grid. */
 static __global__ void update_k(dt_nn_update u, float *w, const float *g, size_t n)
 {
+    if (u.step) /* this step's values from the step block (a graph's replay) */
+        DT_NN_UPD_UNPACK(u, u.step);
     DT_CU_FOR(i, n)
     {
         float wi = w[i], gi = g[i];
