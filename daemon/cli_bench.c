@@ -47,6 +47,15 @@ static void timed_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const
     gemm_s += now_s() - t0;
 }
 
+/* The recurrent layers' per-timestep products count as GEMMs too. */
+static void timed_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *p,
+                           float beta, float *c, int ldc)
+{
+    double t0 = now_s();
+    real_ops->rnn_gemm(ta, m, n, k, a, lda, p, beta, c, ldc);
+    gemm_s += now_s() - t0;
+}
+
 static void usage(FILE *f)
 {
     fprintf(
@@ -265,6 +274,8 @@ static int bench_train(int argc, char **argv)
     real_ops = dt_nn_ops_cpu();
     dt_nn_ops timed = *real_ops;
     timed.gemm = timed_gemm;
+    if (real_ops->rnn_gemm)
+        timed.rnn_gemm = timed_rnn_gemm;
     dt_err err = {0};
     const dt_nn_ops *ops = &timed;
     dt_nn_gpu_dev gd = {0};

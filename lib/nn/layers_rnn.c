@@ -15,8 +15,13 @@
  * (overwritten by their gradients in backward), the states H (T + 1, u) time-major, an LSTM's
  * cell states C (T + 1, u), a GRU's per-step q (T, u), the recurrent projection R (G u), the
  * carried gradients dH, dC, dQ (u each), Bidirectional's per-direction output and its
- * gradient (T_out, u each), and with dropout the masks (groups, T, D), one draw (D) and the
- * masked input (T, D). */
+ * gradient (T_out, u each), the packed gate gradients of a step (G u; rnn_pack), and with
+ * dropout the masks (groups, T, D), one draw (D) and the masked input (T, D). Per layer (stat),
+ * per direction: the recurrent kernel packed for rnn_gemm as U (u, G u) and U^T (G u, u).
+ *
+ * Where the backend has rnn_gemm (the CPU's), the per-timestep products h0 U, d(a) U^T and
+ * h0^T d(a) run through it with U packed once a pass; else through gemm. GRU's reset_after false
+ * takes gemm either way. */
 #include "nn/layer.h"
 
 #include "core/limits.h"
@@ -381,7 +386,7 @@ static size_t dir_floats(const dt__nn_layer *l)
 {
     size_t T = (size_t)steps(l), u = (size_t)l->units, gu = (size_t)gates_of(l->rnn_cell) * u;
     size_t D = (size_t)l->in_shape[0].d[1];
-    size_t f = T * gu + (T + 1) * u + gu + 3 * u;
+    size_t f = T * gu + (T + 1) * u + 2 * gu + 3 * u;
     if (l->rnn_cell == DT_NN_CELL_LSTM)
         f += (T + 1) * u;
     if (l->rnn_cell == DT_NN_CELL_GRU)
@@ -430,6 +435,7 @@ static dt_status rnn_build(dt__nn_layer *l, dt_err *err)
     }
     l->mask_rule = l->rnn_seq ? DT_NN_MASK_PASS : DT_NN_MASK_DROP;
     l->aux_bytes = (size_t)n_dirs(l) * dir_floats(l) * sizeof(float);
+    l->stat_floats = (size_t)n_dirs(l) * 2 * (size_t)u * (size_t)gu;
     return DT_OK;
 }
 
@@ -437,6 +443,8 @@ static dt_status rnn_build(dt__nn_layer *l, dt_err *err)
 
 typedef struct dir_bufs {
     float *a, *h, *c, *q, *r, *dh, *dc, *dq, *y, *dy;
+    float *pg;           /* a step's gate gradients packed (n, G u) */
+    float *pu, *put;     /* U (u, G u) and U^T (G u, u) packed, per layer */
     float *mx, *mc, *xd; /* input dropout: masks (groups, n, T, D), one draw (n, D), x masked */
 } dir_bufs;
 
@@ -457,6 +465,7 @@ static dir_bufs bufs(dt__nn_layer *l, const dt__nn_ctx *c, int d)
     TAKE(dh, u);
     TAKE(dc, u);
     TAKE(dq, u);
+    TAKE(pg, gu);
     if (l->rnn_bidi) {
         TAKE(y, (size_t)steps_out(l) * u);
         TAKE(dy, (size_t)steps_out(l) * u);
@@ -468,6 +477,8 @@ static dir_bufs bufs(dt__nn_layer *l, const dt__nn_ctx *c, int d)
         TAKE(xd, T * D);
     }
 #undef TAKE
+    b.pu = l->stat + (size_t)d * 2 * u * gu;
+    b.put = b.pu + u * gu;
     return b;
 }
 
@@ -577,10 +588,18 @@ static void dir_forward(dt__nn_layer *l, dt__nn_ctx *c, int d, float *out)
     o->fill((size_t)n * (size_t)u, 0.0f, b.h);
     if (b.c)
         o->fill((size_t)n * (size_t)u, 0.0f, b.c);
+    bool packed = o->rnn_gemm && !split;
+    if (packed)
+        o->rnn_pack(false, u, gu, w[1].data, gu, b.pu);
     for (int s = 0; s < T; s++) {
         dt_nn_rnn_step st = step_at(l, c, &b, d, s);
         st.y = out_at(l, d, s, out);
-        if (!split) {
+        if (packed) {
+            o->rnn_gemm(false, n, gu, u, st.h0, u, b.pu, 0.0f, b.r, gu);
+            if (l->rnn_reset_after && l->use_bias)
+                o->bias_add(b.r, w[2].data + gu, (size_t)n, gu);
+            o->rnn_fwd(&st);
+        } else if (!split) {
             dt_nn_gemm(o, false, false, n, gu, u, 1.0f, st.h0, u, w[1].data, gu, 0.0f, b.r, gu);
             if (l->rnn_reset_after && l->use_bias)
                 o->bias_add(b.r, w[2].data + gu, (size_t)n, gu);
@@ -617,12 +636,26 @@ static void dir_backward(dt__nn_layer *l, dt__nn_ctx *c, int d, const float *dou
         o->fill((size_t)u * (size_t)gu, 0.0f, gr);
     if (ra && gb)
         o->fill((size_t)gu, 0.0f, gb + gu);
+    bool packed = o->rnn_gemm && !split;
+    if (packed)
+        o->rnn_pack(true, gu, u, U, gu, b.put);
     for (int s = T - 1; s >= 0; s--) {
         dt_nn_rnn_step st = step_at(l, c, &b, d, s);
         st.dy = out_at(l, d, s, (float *)dout);
         st.r = ra ? b.r : NULL;
         int lda = st.lda;
-        if (!split) {
+        if (packed) {
+            o->rnn_bwd(&st);
+            const float *g = ra ? b.r : st.a; /* the gradient of h0 U (+ recurrent bias) */
+            int ldg = ra ? gu : lda;
+            if (gr) { /* dU += h0^T g */
+                o->rnn_pack(false, n, gu, g, ldg, b.pg);
+                o->rnn_gemm(true, u, gu, n, st.h0, u, b.pg, 1.0f, gr, gu);
+            }
+            if (ra && gb)
+                o->bias_grad(b.r, (size_t)n, gu, gb + gu, true);
+            o->rnn_gemm(false, n, u, gu, g, ldg, b.put, 1.0f, b.dh, u);
+        } else if (!split) {
             o->rnn_bwd(&st);
             const float *g = ra ? b.r : st.a; /* the gradient of h0 U (+ recurrent bias) */
             int ldg = ra ? gu : lda;

@@ -702,6 +702,8 @@ static const dt_nn_ops cpu_ops = {
     .cat_encode = dt__nn_cpu_cat_encode,
     .rnn_fwd = dt__nn_cpu_rnn_fwd,
     .rnn_bwd = dt__nn_cpu_rnn_bwd,
+    .rnn_pack = dt__nn_cpu_rnn_pack,
+    .rnn_gemm = dt__nn_cpu_rnn_gemm,
 };
 
 const dt_nn_ops *dt_nn_ops_cpu(void)

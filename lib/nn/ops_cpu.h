@@ -1,7 +1,8 @@
 /*
  * ops_cpu.h - internal: the CPU kernels shared between the files of the CPU backend
  * (ops_cpu.c builds the table; ops_cpu_conv.c, ops_cpu_train.c, ops_cpu_optim.c,
- * ops_cpu_image.c, ops_cpu_vision.c, ops_cpu_seq.c and ops_cpu_rnn.c implement these).
+ * ops_cpu_image.c, ops_cpu_vision.c, ops_cpu_seq.c, ops_cpu_rnn.c and ops_cpu_rgemm.c
+ * implement these).
  * Contracts are those of the matching slots in nn/ops.h.
  */
 #ifndef DT_NN_OPS_CPU_H
@@ -53,6 +54,13 @@ void dt__nn_cpu_attn_mask(float *s, const float *qm, const float *vm, const floa
                           int heads, int tq, int tv, bool causal);
 void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s);
 void dt__nn_cpu_rnn_bwd(const dt_nn_rnn_step *s);
+void dt__nn_cpu_rnn_pack(bool tb, int k, int n, const float *b, int ldb, float *p);
+void dt__nn_cpu_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *p,
+                         float beta, float *c, int ldc);
+/* Tests: the rnn_pack / rnn_gemm kernels to use from now on: 0 the CPU's best, 1 the plain
+ * layout and OpenBLAS, 2 AVX2 and FMA, 3 AVX-512. false (nothing changed) where the CPU lacks
+ * it. Not thread-safe: call it while no model runs. */
+bool dt__nn_cpu_rnn_gemm_isa(int level);
 
 void dt__nn_cpu_norm_fwd(const float *x, float *y, const float *mean, const float *var, size_t rows,
                          int cols, bool invert);

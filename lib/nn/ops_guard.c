@@ -516,6 +516,19 @@ static void g_rnn_bwd(const dt_nn_rnn_step *s)
     RUN(rnn_bwd(s));
 }
 
+static void g_rnn_pack(bool tb, int k, int n, const float *b, int ldb, float *p)
+{
+    DEV(b), DEV(p);
+    RUN(rnn_pack(tb, k, n, b, ldb, p));
+}
+
+static void g_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *p,
+                       float beta, float *c, int ldc)
+{
+    DEV(a), DEV(p), DEV(c);
+    RUN(rnn_gemm(ta, m, n, k, a, lda, p, beta, c, ldc));
+}
+
 static void g_norm_fwd(const float *x, float *y, const float *mean, const float *var, size_t rows,
                        int cols, bool invert)
 {
@@ -606,6 +619,8 @@ static const dt_nn_ops guard_ops = {
     .attn_mask = g_attn_mask,
     .rnn_fwd = g_rnn_fwd,
     .rnn_bwd = g_rnn_bwd,
+    .rnn_pack = g_rnn_pack,
+    .rnn_gemm = g_rnn_gemm,
     .norm_fwd = g_norm_fwd,
     .norm_bwd = g_norm_bwd,
     .cat_encode = g_cat_encode,
