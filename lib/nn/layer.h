@@ -97,9 +97,10 @@ typedef struct dt__nn_layer_vt {
     dt_status (*build)(dt__nn_layer *l, dt_err *err);
     void (*forward)(dt__nn_layer *l, dt__nn_ctx *c);
     void (*backward)(dt__nn_layer *l, dt__nn_ctx *c);
-    /* After forward: reports what the batch did wrong that the layer found (an Embedding's id
-     * outside its table) as the step's error. NULL: nothing to check. */
-    dt_status (*check)(dt__nn_layer *l, dt__nn_ctx *c, dt_err *err);
+    /* At the step's end, after its one sync: reports what the batch did wrong that the layer
+     * found (an Embedding's id outside its table) as the step's error, from stat, the host copy
+     * of the first 3 floats of l->stat (its forward's report). NULL: nothing to check. */
+    dt_status (*check)(dt__nn_layer *l, const float *stat, dt_err *err);
     /* Keys of the config this class reads (besides the common ones), NULL-terminated. */
     const char *const *keys;
     dt__nn_mask_rule mask;

@@ -324,10 +324,8 @@ static void cat_forward(dt__nn_layer *l, dt__nn_ctx *c)
                        (dt_nn_cat_mode)l->mult, l->y, l->stat);
 }
 
-static dt_status cat_check(dt__nn_layer *l, dt__nn_ctx *c, dt_err *err)
+static dt_status cat_check(dt__nn_layer *l, const float *bad, dt_err *err)
 {
-    float bad[3];
-    c->ops->download(bad, l->stat, sizeof bad);
     if (bad[0] == 0)
         return DT_OK;
     int t = l->in_shape[0].d[0];

@@ -49,7 +49,6 @@ struct dt_model {
     _Atomic int64_t *beat;
     /* The train step in progress: regularization so far, its scale, the lowest final grad
      * offset, and the layer whose grads were reported from inside its backward. */
-    double step_reg;
     float step_reg_scale;
     size_t step_ready;
     const dt__nn_layer *step_early;
@@ -65,6 +64,18 @@ struct dt_model {
     int drops, drops_last, fed_keys;
     gblock_t *gblock, gblock_host;
     char broken[160];
+    /* The step block (device memory): [0] the loss sum, [1] the accuracy hits, then one double
+     * per regularised weight in the order the step queued them; the kernels write it and the
+     * step's end brings it to host_blk (host_alloc) with one download_async and the step's one
+     * sync, with the checked layers' reports (host_stat, 3 floats each) and the predictions.
+     * reg_end[k]: the end of layer k's slots among those queued (a layer's weights are summed
+     * first, then added to the step's total, as the host did when each op returned its value). */
+    double *blk, *host_blk;
+    float *host_stat;
+    int nreg, nchecked, reg_used, reg_groups, *reg_end;
+    int step_n;        /* rows of the step in progress */
+    double step_count; /* rows its loss divides by (ignore_class leaves some out) */
+    bool drop_pred;    /* dt_model_keep_predictions(m, false) */
 };
 
 static dt__nn_layer *root(dt_model *m, dt__nn_layer *l)
@@ -101,8 +112,18 @@ static void free_buffers(dt_model *m)
     dt_nn_free(o, m->labels);
     dt_nn_free(o, m->targets);
     dt_nn_free(o, m->row_w);
-    free(m->host_pred);
+    dt_nn_free(o, m->blk);
+    if (m->host_pred)
+        o->host_free(m->host_pred);
+    if (m->host_blk)
+        o->host_free(m->host_blk);
+    if (m->host_stat)
+        o->host_free(m->host_stat);
+    free(m->reg_end);
     free(m->host_targets);
+    m->blk = m->host_blk = NULL;
+    m->host_stat = NULL;
+    m->reg_end = NULL;
     m->col = m->targets = m->row_w = NULL;
     m->labels = NULL;
     m->host_pred = m->host_targets = NULL;
@@ -152,13 +173,25 @@ static dt_status reserve(dt_model *m, int n, dt_err *err)
         col = l->col_floats > col ? l->col_floats : col;
     }
     size_t out = dt_model_output_size(m);
+    m->nreg = m->nchecked = 0;
+    for (int i = 1; i < m->g.n; i++) {
+        const dt__nn_layer *l = &m->g.layers[i];
+        m->nchecked += l->vt->check != NULL;
+        for (int j = 0; j < l->n_w; j++)
+            m->nreg += l->w[j].trainable && l->w[j].grad && (l->w[j].l1 > 0 || l->w[j].l2 > 0);
+    }
+    size_t blk = (2 + (size_t)m->nreg) * sizeof(double);
+    if (ok)
+        ok = (m->blk = dt_nn_alloc(o, blk)) != NULL && (m->host_blk = o->host_alloc(blk)) != NULL &&
+             (m->host_stat = o->host_alloc(3 * sizeof(float) * (size_t)(m->nchecked + 1))) &&
+             (m->reg_end = calloc((size_t)m->nreg + 1, sizeof(int))) != NULL;
     if (ok && col)
         ok = (m->col = dt_nn_alloc(o, (size_t)n * col * sizeof(float))) != NULL;
     if (ok)
         ok = (m->labels = dt_nn_alloc(o, (size_t)n * sizeof(int32_t))) != NULL &&
              (m->targets = dt_nn_alloc(o, (size_t)n * out * sizeof(float))) != NULL &&
              (m->row_w = dt_nn_alloc(o, (size_t)n * sizeof(float))) != NULL &&
-             (m->host_pred = malloc((size_t)n * out * sizeof(float))) != NULL &&
+             (m->host_pred = o->host_alloc((size_t)n * out * sizeof(float))) != NULL &&
              (m->host_targets = malloc((size_t)n * out * sizeof(float))) != NULL;
     if (!ok) {
         free_buffers(m);
@@ -720,9 +753,9 @@ static void beat(dt_model *m)
         atomic_store_explicit(m->beat, dt_now_ms(), memory_order_relaxed);
 }
 
-/* Fails on the first layer whose check finds the batch wrong (an id outside an Embedding's
- * table): the step stops there, before a loss or a gradient is computed from it. */
-static dt_status forward(dt_model *m, const float *x, int n, bool training, dt_err *err)
+/* Queues the forward. What a layer finds wrong with the batch (an id outside an Embedding's
+ * table) is checked at the step's end, after its one sync (checks() below). */
+static void forward(dt_model *m, const float *x, int n, bool training)
 {
     dt__nn_layer *in = &m->g.layers[0];
     if (!m->fed) /* else dt_model_graph_feed uploaded it */
@@ -731,9 +764,28 @@ static dt_status forward(dt_model *m, const float *x, int n, bool training, dt_e
     for (int i = 1; i < m->g.n; i++) {
         dt__nn_layer *l = &m->g.layers[i];
         l->vt->forward(l, &c);
-        if (l->vt->check)
-            DT_TRY(l->vt->check(l, &c, err));
         beat(m);
+    }
+}
+
+/* Queues the download of every checked layer's report into host_stat. */
+static void queue_checks(dt_model *m)
+{
+    for (int i = 1, k = 0; i < m->g.n; i++) {
+        dt__nn_layer *l = &m->g.layers[i];
+        if (l->vt->check)
+            m->ops->download_async(m->host_stat + 3 * k++, l->stat, 3 * sizeof(float));
+    }
+}
+
+/* After the sync: fails on the first layer (in the graph's order) whose report finds the batch
+ * wrong, with the message its check made when it ran right after the layer's forward. */
+static dt_status checks(dt_model *m, dt_err *err)
+{
+    for (int i = 1, k = 0; i < m->g.n; i++) {
+        dt__nn_layer *l = &m->g.layers[i];
+        if (l->vt->check)
+            DT_TRY(l->vt->check(l, m->host_stat + 3 * k++, err));
     }
     return DT_OK;
 }
@@ -765,41 +817,34 @@ static const float *loss_input(dt_model *m, const dt_loss *loss, bool *from_logi
     return o->y;
 }
 
-static double accuracy(dt_model *m, const dt_loss *loss, const dt_model_batch *b)
+/* Queues Keras's "accuracy" hits of the batch into the step block: binary for
+ * binary_crossentropy or one output unit, sparse categorical for integer labels, categorical
+ * otherwise; the labels or targets it reads are the device copies loss_feed uploaded. */
+static void queue_hits(dt_model *m, const dt_loss *loss, const dt_model_batch *b)
 {
     int cols = (int)dt_model_output_size(m);
     dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
-    m->ops->download(m->host_pred, o->y, (size_t)b->n * cols * sizeof(float));
-    const float *p = m->host_pred;
-    double hits = 0;
-    /* Keras's "accuracy": binary for binary_crossentropy or one output unit, sparse categorical
-     * for integer labels, categorical otherwise. */
-    bool binary = loss->kind == DT_NN_LOSS_BCE || cols == 1;
-    for (int i = 0; i < b->n; i++) {
-        const float *r = p + (size_t)i * cols;
-        if (binary) {
-            int ok = 0;
-            for (int j = 0; j < cols; j++) {
-                float t = b->targets ? b->targets[(size_t)i * cols + j] : (float)b->labels[i];
-                ok += (float)(r[j] > 0.5f) == t;
-            }
-            hits += (double)ok / cols;
-            continue;
-        }
-        int am = 0;
-        for (int j = 1; j < cols; j++)
-            am = r[j] > r[am] ? j : am;
-        if (b->labels) {
-            hits += am == b->labels[i];
+    bool sparse_loss = loss->kind == DT_NN_LOSS_SPARSE_CE;
+    const int32_t *lab = NULL;
+    const float *tg = NULL;
+    dt_nn_hits_kind kind;
+    if (loss->kind == DT_NN_LOSS_BCE || cols == 1) {
+        kind = DT_NN_HITS_BINARY;
+        if (!sparse_loss) { /* the loss's targets: b->targets, or the labels as floats */
+            tg = m->targets;
+        } else if (b->targets) {
+            tg = m->targets;
         } else {
-            const float *t = b->targets + (size_t)i * cols;
-            int tm = 0;
-            for (int j = 1; j < cols; j++)
-                tm = t[j] > t[tm] ? j : tm;
-            hits += am == tm;
+            lab = m->labels;
         }
+    } else if (b->labels) {
+        kind = DT_NN_HITS_SPARSE;
+        lab = m->labels;
+    } else {
+        kind = DT_NN_HITS_CATEGORICAL; /* targets: the loss is not sparse (it needs labels) */
+        tg = m->targets;
     }
-    return hits / b->n;
+    m->ops->hits(kind, o->y, lab, tg, (size_t)b->n, cols, m->blk + 1);
 }
 
 /* Keras's hinge losses turn 0/1 targets into -1/1 when every target of the batch is 0 or 1. */
@@ -846,12 +891,19 @@ static void loss_feed(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
     }
     if (b->sample_weight)
         m->ops->upload(m->row_w, b->sample_weight, (size_t)b->n * sizeof(float));
+    /* what the accuracy reads besides (queue_hits): the targets of a binary output under sparse
+     * CE, the labels of a categorical one under another loss */
+    bool binary = loss->kind == DT_NN_LOSS_BCE || cols == 1;
+    if (loss->kind == DT_NN_LOSS_SPARSE_CE && binary && b->targets)
+        m->ops->upload(m->targets, b->targets, nt * sizeof(float));
+    if (loss->kind != DT_NN_LOSS_SPARSE_CE && !binary && b->labels)
+        m->ops->upload(m->labels, b->labels, (size_t)b->n * sizeof(int32_t));
 }
 
-/* The batch's loss: the mean over its samples (over those not ignored, with ignore_class), and
- * scale times the gradient of the sum of the per-sample losses in the output's dy. A fed step
- * (dt_model_graph_feed) has its batch on the device already and the kernel reads the scale and
- * hinge's flag from the step block. */
+/* Queues the batch's loss: the sum of the per-sample losses into the step block (blk[0]), and
+ * scale times its gradient in the output's dy; returns the rows its mean divides by (those not
+ * ignored, with ignore_class). A fed step (dt_model_graph_feed) has its batch on the device
+ * already and the kernel reads the scale and hinge's flag from the graph's block. */
 static double compute_loss(dt_model *m, const dt_loss *loss, const dt_model_batch *b, float scale)
 {
     int cols = (int)dt_model_output_size(m);
@@ -871,25 +923,82 @@ static double compute_loss(dt_model *m, const dt_loss *loss, const dt_model_batc
     }
     dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
     const float *row_w = b->sample_weight ? m->row_w : NULL;
-    double sum = 0;
-    m->ops->loss(&p, pred, m->labels, loss->kind == DT_NN_LOSS_SPARSE_CE ? NULL : m->targets, row_w,
-                 (size_t)b->n, cols, scale, o->dy, &sum);
-    return count > 0 ? sum / count : 0.0;
+    m->ops->loss_dev(&p, pred, m->labels, loss->kind == DT_NN_LOSS_SPARSE_CE ? NULL : m->targets,
+                     row_w, (size_t)b->n, cols, scale, o->dy, m->blk);
+    return count;
 }
 
 /* Keras adds the regularizers to the loss; per replica they count scale = n/global_batch of
- * it. Returns the layer's regularization loss and adds scale times its gradient to the grads
- * (scale 0: the loss only). */
-static double layer_regularize(dt_model *m, const dt__nn_layer *ly, float scale)
+ * it. Queues the layer's regularization losses into the step block's next slots and adds scale
+ * times their gradient to the grads (scale 0: the loss only). */
+static void layer_regularize(dt_model *m, const dt__nn_layer *ly, float scale)
 {
-    double reg = 0;
+    int k0 = m->reg_used;
     for (int j = 0; j < ly->n_w; j++) {
         const dt__nn_weight *w = &ly->w[j];
-        if (w->trainable && w->grad && (w->l1 > 0 || w->l2 > 0))
-            reg += m->ops->regularize(w->data, w->grad, dt__nn_shape_size(&w->shape), w->l1, w->l2,
-                                      scale);
+        if (w->trainable && w->grad && (w->l1 > 0 || w->l2 > 0) && m->reg_used < m->nreg)
+            m->ops->regularize_dev(w->data, w->grad, dt__nn_shape_size(&w->shape), w->l1, w->l2,
+                                   scale, m->blk + 2 + m->reg_used++);
+    }
+    if (m->reg_used > k0)
+        m->reg_end[m->reg_groups++] = m->reg_used;
+}
+
+/* The regularization losses of the step block (host_blk), added as the host did when the op
+ * returned them: each layer's weights in order, then the layers' sums in order. */
+static double reg_total(const dt_model *m)
+{
+    double reg = 0;
+    for (int g = 0, k = 0; g < m->reg_groups; g++) {
+        double r = 0;
+        for (; k < m->reg_end[g]; k++)
+            r += m->host_blk[2 + k];
+        reg += r;
     }
     return reg;
+}
+
+static void step_start(dt_model *m, int n, double count)
+{
+    m->step_n = n;
+    m->step_count = count;
+    m->reg_used = m->reg_groups = 0;
+}
+
+/* The step's one host synchronisation: the step block, the checked layers' reports and (when
+ * stats are due and kept) the predictions are queued for download behind everything queued so
+ * far, then one sync; the host reads them after it. The checks that stopped a step early when
+ * each op waited for its own number (a bad id, a non-finite loss) are taken here, with the
+ * same messages, so the step's backward (and whatever the caller queued, the update) has run. */
+static dt_status finish(dt_model *m, dt_step_stats *stats, bool nonfinite_fails, dt_err *err)
+{
+    const dt_nn_ops *o = m->ops;
+    o->download_async(m->host_blk, m->blk, (2 + (size_t)m->reg_used) * sizeof(double));
+    queue_checks(m);
+    int cols = (int)dt_model_output_size(m);
+    if (stats && !m->drop_pred)
+        o->download_async(m->host_pred, root(m, &m->g.layers[m->g.output])->y,
+                          (size_t)m->step_n * cols * sizeof(float));
+    char msg[512];
+    if (o->sync && o->sync(msg, sizeof msg) != 0) /* a device's kernels fail only here */
+        return dt_err_set(err, DT_EIO, "%s: %s", o->name, msg);
+    DT_TRY(checks(m, err));
+    double l = m->step_count > 0 ? m->host_blk[0] / m->step_count : 0.0;
+    if (stats) {
+        stats->loss = l + reg_total(m);
+        stats->accuracy = m->host_blk[1] / m->step_n;
+    }
+    if (nonfinite_fails && !isfinite(l))
+        return dt_err_set(err, DT_EINVAL,
+                          "model: the loss is not finite (%g); lower the "
+                          "learning rate or check the inputs",
+                          l);
+    return DT_OK;
+}
+
+void dt_model_keep_predictions(dt_model *m, bool keep)
+{
+    m->drop_pred = !keep;
 }
 
 static bool layer_has_grads(const dt__nn_layer *ly)
@@ -905,7 +1014,7 @@ static bool layer_has_grads(const dt__nn_layer *ly)
  * inside its backward (dt__nn_weights_done, before its dx) or right after it. */
 static void grads_final(dt_model *m, const dt__nn_layer *ly)
 {
-    m->step_reg += layer_regularize(m, ly, m->step_reg_scale);
+    layer_regularize(m, ly, m->step_reg_scale);
     for (int j = 0; j < ly->n_w; j++) {
         const dt_model_weight *w = &m->weights[ly->w[j].pub];
         if (w->trainable && w->offset < m->step_ready)
@@ -933,16 +1042,17 @@ void dt_model_set_grad_ready(dt_model *m, dt_model_grad_ready_fn fn, void *ctx)
     m->grad_ready_ctx = ctx;
 }
 
-static dt_status train_step(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
-                            int global_batch, dt_step_stats *stats, dt_err *err)
+static dt_status train_begin(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                             int global_batch, dt_err *err)
 {
     DT_TRY(check_batch(m, b, loss, err));
     if (global_batch < b->n)
         return dt_err_set(err, DT_EINVAL, "model: global batch %d is smaller than the batch %d",
                           global_batch, b->n);
     DT_TRY(reserve(m, b->n, err));
-    DT_TRY(forward(m, b->x, b->n, true, err));
-    double l = compute_loss(m, loss, b, 1.0f / (float)global_batch);
+    forward(m, b->x, b->n, true);
+    step_start(m, b->n, compute_loss(m, loss, b, 1.0f / (float)global_batch));
+    queue_hits(m, loss, b);
 
     /* Backward in reverse topological order. The output's dy was written by the loss; every
      * other dy is written by its first consumer and added to by the rest. Weights are laid out
@@ -955,7 +1065,6 @@ static dt_status train_step(dt_model *m, const dt_loss *loss, const dt_model_bat
     for (int i = 0; i < m->g.n; i++)
         m->g.layers[i].dy_written = false;
     root(m, &m->g.layers[m->g.output])->dy_written = true;
-    m->step_reg = 0;
     m->step_reg_scale = (float)b->n / (float)global_batch;
     m->step_ready = m->n_params;
     for (int i = m->g.n - 1; i >= 1; i--) {
@@ -973,33 +1082,33 @@ static dt_status train_step(dt_model *m, const dt_loss *loss, const dt_model_bat
         }
         grads_final(m, ly);
     }
-    double reg = m->step_reg;
     if (m->grad_ready && m->n_params == 0)
         m->grad_ready(m->grad_ready_ctx, 0);
-
-    if (stats) {
-        stats->loss = l + reg;
-        stats->accuracy = accuracy(m, loss, b);
-    }
-    if (!isfinite(l))
-        return dt_err_set(err, DT_EINVAL,
-                          "model: the loss is not finite (%g); lower the "
-                          "learning rate or check the inputs",
-                          l);
     return DT_OK;
 }
 
-dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
-                              int global_batch, dt_step_stats *stats, dt_err *err)
+dt_status dt_model_train_begin(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                               int global_batch, dt_err *err)
 {
     m->drops = 0;
-    dt_status st = train_step(m, loss, b, global_batch, stats, err);
+    dt_status st = train_begin(m, loss, b, global_batch, err);
     if (st == DT_OK || m->drops > 0) /* the forward ran: its dropout calls were counted */
         m->drops_last = m->drops;
     m->fed = false;
     return st;
 }
 
+dt_status dt_model_train_end(dt_model *m, dt_step_stats *stats, dt_err *err)
+{
+    return finish(m, stats, true, err);
+}
+
+dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                              int global_batch, dt_step_stats *stats, dt_err *err)
+{
+    DT_TRY(dt_model_train_begin(m, loss, b, global_batch, err));
+    return dt_model_train_end(m, stats, err);
+}
 /* --- CUDA graphs of the training step ------------------------------------------------------- */
 
 bool dt_model_graph_fit(const dt_model *m, char *why, size_t n)
@@ -1085,15 +1194,17 @@ dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_er
     if (n < 1 || !x)
         return dt_err_set(err, DT_EINVAL, "model: empty batch");
     DT_TRY(reserve(m, n, err));
-    DT_TRY(forward(m, x, n, false, err));
+    forward(m, x, n, false);
+    queue_checks(m);
     dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
+    /* a blocking download: the reports queued before it are in too */
     m->ops->download(out, o->y, (size_t)n * dt_model_output_size(m) * sizeof(float));
-    return DT_OK;
+    return checks(m, err);
 }
 
 const float *dt_model_last_predictions(const dt_model *m)
 {
-    return m->host_pred; /* accuracy() downloads them on every step and evaluation */
+    return m->host_pred; /* the step's end downloads them with its stats */
 }
 
 dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
@@ -1101,12 +1212,14 @@ dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_model_bat
 {
     DT_TRY(check_batch(m, b, loss, err));
     DT_TRY(reserve(m, b->n, err));
-    DT_TRY(forward(m, b->x, b->n, false, err));
-    double l = compute_loss(m, loss, b, 1.0f / (float)b->n);
-    double reg = 0;
+    forward(m, b->x, b->n, false);
+    step_start(m, b->n, compute_loss(m, loss, b, 1.0f / (float)b->n));
+    queue_hits(m, loss, b);
     for (int i = 1; i < m->g.n; i++)
-        reg += layer_regularize(m, &m->g.layers[i], 0.0f);
-    stats->loss = l + reg;
-    stats->accuracy = accuracy(m, loss, b);
-    return DT_OK;
+        layer_regularize(m, &m->g.layers[i], 0.0f);
+    bool drop = m->drop_pred;
+    m->drop_pred = false; /* evaluation's metrics always read them */
+    dt_status st = finish(m, stats, false, err);
+    m->drop_pred = drop;
+    return st;
 }

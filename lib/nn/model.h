@@ -180,6 +180,19 @@ typedef struct dt_step_stats {
  * Labels outside [0, classes) and batches with n < 1 are DT_EINVAL. */
 dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
                               int global_batch, dt_step_stats *stats, dt_err *err);
+/* dt_model_train_step in two halves, so that more device work (the optimizer's update) rides
+ * the step's one host synchronisation: begin queues the forward, loss and backward (the
+ * grad-ready hook runs inside it); end downloads the step's numbers, syncs once (a device's
+ * kernel error is DT_EIO naming the backend) and then takes the step's checks: an id outside an
+ * Embedding's (CategoryEncoding's) table, then a non-finite loss (DT_EINVAL, stats set), which
+ * no longer stop the step before its backward and what was queued after begin. The grads and
+ * the stats are valid after end only. */
+dt_status dt_model_train_begin(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                               int global_batch, dt_err *err);
+dt_status dt_model_train_end(dt_model *m, dt_step_stats *stats, dt_err *err);
+/* false: the training step does not download its predictions (no compiled metric reads them);
+ * dt_model_last_predictions then holds those of the last evaluation. Default true. */
+void dt_model_keep_predictions(dt_model *m, bool keep);
 
 /* Called by dt_model_train_step's backward each time the gradients grads[offset, n_params) are
  * final: after the weight gradients (and the regularizer gradients) of every layer holding

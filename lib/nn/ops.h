@@ -297,6 +297,15 @@ typedef enum dt_nn_cat_mode {
     DT_NN_CAT_COUNT
 } dt_nn_cat_mode;
 
+/* Keras's "accuracy" as model.c chooses it: binary (prediction > 0.5 against each target, a row
+ * counting the share of its columns right), sparse categorical (the argmax against an integer
+ * label) or categorical (the argmax against the target's argmax; argmax = the first maximum). */
+typedef enum dt_nn_hits_kind {
+    DT_NN_HITS_BINARY,
+    DT_NN_HITS_SPARSE,
+    DT_NN_HITS_CATEGORICAL,
+} dt_nn_hits_kind;
+
 typedef struct dt_nn_ops {
     const char *name;
     /* true: alloc returns memory the host must not touch (a GPU's); buffers then cross with
@@ -504,6 +513,37 @@ typedef struct dt_nn_ops {
      * the count, the first such id and its index), as embed_fwd does. */
     void (*cat_encode)(const float *ids, int n, int t, int tokens, dt_nn_cat_mode mode, float *y,
                        float *bad);
+
+    /* One host synchronisation per training step: the step's numbers (loss sum, regularisation,
+     * accuracy hits, the layers' bad-id reports) stay in device memory until the step's end,
+     * where one download_async each and one sync bring them to the host (model.c's step block).
+     * host_alloc: zeroed host memory a download_async may write (pinned on a GPU, where a copy
+     * into pageable memory would wait for the stream); NULL or host_free'd.
+     * download_async: queues a copy of device memory into dst (from host_alloc); dst holds it
+     * after the next sync (at once on the CPU).
+     * loss_dev: loss with loss_sum in device memory (one double, written).
+     * regularize_dev: regularize with its value written to out (device memory, one double).
+     * hits: out (device, one double) = the batch's accuracy hits, summed in double over the rows
+     *   in order (binary: ok columns / cols a row); labels (n int32) for SPARSE, targets
+     *   (n, cols) for CATEGORICAL, and for BINARY targets or else labels as floats.
+     * clip_norm: clipnorm > 0: each segment s of g (off[s], len[s]) scaled by clipnorm / |g_s|
+     *   where |g_s| <= clipnorm fails; else all of g (n floats) scaled by global_clipnorm / |g|
+     *   where |g| > global_clipnorm, filled with NaN where |g| is not finite (|g| over the
+     *   segments). The norms are sumsq's, summed in segment order; the scales (float)(c / norm)
+     *   in double, applied as axpby(scale, g, 0, g) does: off, len and ss (nseg doubles, the
+     *   segments' sums of squares left there) are device memory. Nothing goes to the host. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    void (*download_async)(void *dst, const void *src, size_t bytes);
+    void (*loss_dev)(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
+                     const float *values, const float *row_w, size_t n, int cols, float scale,
+                     float *dpred, double *loss_sum);
+    void (*regularize_dev)(const float *w, float *g, size_t n, float l1, float l2, float scale,
+                           double *out);
+    void (*hits)(dt_nn_hits_kind kind, const float *pred, const int32_t *labels,
+                 const float *targets, size_t n, int cols, double *out);
+    void (*clip_norm)(float *g, size_t n, size_t nseg, const size_t *off, const size_t *len,
+                      float clipnorm, float global_clipnorm, double *ss);
 } dt_nn_ops;
 
 /* The CPU backend (OpenBLAS GEMM); never NULL. */

@@ -39,6 +39,11 @@ static void cpu_memcpy(void *dst, const void *src, size_t bytes)
         memcpy(dst, src, bytes);
 }
 
+static void *cpu_host_alloc(size_t bytes)
+{
+    return calloc(1, bytes ? bytes : 1);
+}
+
 static void cpu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                      const float *b, int ldb, float beta, float *c, int ldc)
 {
@@ -679,6 +684,13 @@ static const dt_nn_ops cpu_ops = {
     .regularize = dt__nn_cpu_regularize,
     .update = dt__nn_cpu_update,
     .sumsq = dt__nn_cpu_sumsq,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_free,
+    .download_async = cpu_memcpy,
+    .loss_dev = dt__nn_cpu_loss,
+    .regularize_dev = dt__nn_cpu_regularize_dev,
+    .hits = dt__nn_cpu_hits,
+    .clip_norm = dt__nn_cpu_clip_norm,
     .img_flip = dt__nn_cpu_img_flip,
     .img_adjust = dt__nn_cpu_img_adjust,
     .img_adjust_bwd = dt__nn_cpu_img_adjust_bwd,

@@ -243,3 +243,38 @@ void dt__nn_cpu_sumsq(const float *x, size_t nseg, const size_t *off, const size
         out[s] = acc;
     }
 }
+
+/* optim.c's clip_by_norm before the step block, operation for operation (the CPU's bits). */
+void dt__nn_cpu_clip_norm(float *g, size_t n, size_t nseg, const size_t *off, const size_t *len,
+                          float clipnorm, float global_clipnorm, double *ss)
+{
+    if (!nseg)
+        return;
+    dt__nn_cpu_sumsq(g, nseg, off, len, ss);
+    if (clipnorm > 0) {
+        /* g clipnorm / max(|g|, clipnorm) */
+        for (size_t s = 0; s < nseg; s++) {
+            double norm = sqrt(ss[s]);
+            if (!(norm <= clipnorm)) {
+                float a = (float)(clipnorm / norm);
+                float *p = g + off[s];
+                for (size_t i = 0; i < len[s]; i++)
+                    p[i] = a * p[i] + 0.0f * p[i];
+            }
+        }
+        return;
+    }
+    /* g global_clipnorm min(1 / |all g|, 1 / global_clipnorm); NaN when the norm is not finite */
+    double sum = 0;
+    for (size_t s = 0; s < nseg; s++)
+        sum += ss[s];
+    double norm = sqrt(sum);
+    if (!isfinite(norm)) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = NAN;
+    } else if (norm > global_clipnorm) {
+        float a = (float)(global_clipnorm / norm);
+        for (size_t i = 0; i < n; i++)
+            g[i] = a * g[i] + 0.0f * g[i];
+    }
+}

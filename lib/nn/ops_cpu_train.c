@@ -223,3 +223,41 @@ double dt__nn_cpu_regularize(const float *w, float *g, size_t n, float l1, float
     }
     return l1 * s1 + l2 * s2;
 }
+
+void dt__nn_cpu_regularize_dev(const float *w, float *g, size_t n, float l1, float l2, float scale,
+                               double *out)
+{
+    *out = dt__nn_cpu_regularize(w, g, n, l1, l2, scale);
+}
+
+/* model.c's accuracy() did this on the host before the step block: same rows, same order. */
+void dt__nn_cpu_hits(dt_nn_hits_kind kind, const float *pred, const int32_t *labels,
+                     const float *targets, size_t n, int cols, double *out)
+{
+    double hits = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float *r = pred + i * (size_t)cols;
+        if (kind == DT_NN_HITS_BINARY) {
+            int ok = 0;
+            for (int j = 0; j < cols; j++) {
+                float t = targets ? targets[i * (size_t)cols + j] : (float)labels[i];
+                ok += (float)(r[j] > 0.5f) == t;
+            }
+            hits += (double)ok / cols;
+            continue;
+        }
+        int am = 0;
+        for (int j = 1; j < cols; j++)
+            am = r[j] > r[am] ? j : am;
+        if (kind == DT_NN_HITS_SPARSE) {
+            hits += am == labels[i];
+        } else {
+            const float *t = targets + i * (size_t)cols;
+            int tm = 0;
+            for (int j = 1; j < cols; j++)
+                tm = t[j] > t[tm] ? j : tm;
+            hits += am == tm;
+        }
+    }
+    *out = hits;
+}

@@ -206,6 +206,17 @@ static void g_download(void *dst, const void *src, size_t bytes)
     close_arena();
 }
 
+static void *g_host_alloc(size_t bytes)
+{
+    return calloc(1, bytes ? bytes : 1);
+}
+
+static void g_host_free(void *p)
+{
+    check_host(__func__, "p", p);
+    free(p);
+}
+
 /* Runs the CPU kernel with the arena open. */
 #define RUN(call)                                                                                  \
     do {                                                                                           \
@@ -348,6 +359,35 @@ static double g_regularize(const float *w, float *g, size_t n, float l1, float l
     double r = cpu->regularize(w, g, n, l1, l2, scale);
     close_arena();
     return r;
+}
+
+static void g_loss_dev(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
+                       const float *values, const float *row_w, size_t n, int cols, float scale,
+                       float *dpred, double *loss_sum)
+{
+    DEV(pred), OPT(labels), OPT(values), OPT(row_w), DEV(dpred), DEV(loss_sum), OPT(p->step);
+    RUN(loss(p, pred, labels, values, row_w, n, cols, scale, dpred, loss_sum));
+}
+
+static void g_regularize_dev(const float *w, float *g, size_t n, float l1, float l2, float scale,
+                             double *out)
+{
+    DEV(w), DEV(g), DEV(out);
+    RUN(regularize_dev(w, g, n, l1, l2, scale, out));
+}
+
+static void g_hits(dt_nn_hits_kind kind, const float *pred, const int32_t *labels,
+                   const float *targets, size_t n, int cols, double *out)
+{
+    DEV(pred), OPT(labels), OPT(targets), DEV(out);
+    RUN(hits(kind, pred, labels, targets, n, cols, out));
+}
+
+static void g_clip_norm(float *g, size_t n, size_t nseg, const size_t *off, const size_t *len,
+                        float clipnorm, float global_clipnorm, double *ss)
+{
+    DEV(g), DEV(off), DEV(len), DEV(ss);
+    RUN(clip_norm(g, n, nseg, off, len, clipnorm, global_clipnorm, ss));
 }
 
 static void g_update(const dt_nn_update *u, float *w, const float *g, size_t n)
@@ -599,6 +639,13 @@ static const dt_nn_ops guard_ops = {
     .regularize = g_regularize,
     .update = g_update,
     .sumsq = g_sumsq,
+    .host_alloc = g_host_alloc,
+    .host_free = g_host_free,
+    .download_async = g_download,
+    .loss_dev = g_loss_dev,
+    .regularize_dev = g_regularize_dev,
+    .hits = g_hits,
+    .clip_norm = g_clip_norm,
     .img_flip = g_img_flip,
     .img_adjust = g_img_adjust,
     .img_adjust_bwd = g_img_adjust_bwd,

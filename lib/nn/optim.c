@@ -21,7 +21,9 @@ struct dt_optim {
      * and their gradients' sums of squares (host memory). */
     size_t nseg;
     size_t *seg_off, *seg_len;
-    double *seg_sumsq;
+    /* device copies for clip_norm: off then len (nseg each), and the norms' sums of squares */
+    size_t *dseg;
+    double *dsumsq;
     /* Nadam: the product u_1 ... u_k, kept for k = nadam_k (recomputed after a restore). */
     int64_t nadam_k;
     double nadam_prod;
@@ -373,8 +375,7 @@ dt_status dt_optim_new(const dt_optim_cfg *cfg, dt_model *m, dt_optim **out, dt_
         size_t nw = dt_model_weight_count(m);
         o->seg_off = calloc(nw + 1, sizeof *o->seg_off);
         o->seg_len = calloc(nw + 1, sizeof *o->seg_len);
-        o->seg_sumsq = calloc(nw + 1, sizeof *o->seg_sumsq);
-        if (!o->seg_off || !o->seg_len || !o->seg_sumsq) {
+        if (!o->seg_off || !o->seg_len) {
             dt_optim_free(o);
             return dt_err_set(err, DT_ENOMEM, "optimizer: out of memory");
         }
@@ -385,6 +386,14 @@ dt_status dt_optim_new(const dt_optim_cfg *cfg, dt_model *m, dt_optim **out, dt_
             o->seg_off[o->nseg] = wt->offset;
             o->seg_len[o->nseg++] = wt->size;
         }
+        o->dseg = dt_nn_alloc(ops, (2 * o->nseg + 1) * sizeof(size_t));
+        o->dsumsq = dt_nn_alloc(ops, (o->nseg + 1) * sizeof(double));
+        if (!o->dseg || !o->dsumsq) {
+            dt_optim_free(o);
+            return dt_err_set(err, DT_ENOMEM, "optimizer: out of memory");
+        }
+        ops->upload(o->dseg, o->seg_off, o->nseg * sizeof(size_t));
+        ops->upload(o->dseg + o->nseg, o->seg_len, o->nseg * sizeof(size_t));
     }
     *out = o;
     return DT_OK;
@@ -397,9 +406,10 @@ void dt_optim_free(dt_optim *o)
     for (size_t i = 0; i < o->n_slots; i++)
         dt_nn_free(dt_model_ops(o->m), o->slot[i]);
     dt_nn_free(dt_model_ops(o->m), o->step_dev);
+    dt_nn_free(dt_model_ops(o->m), o->dseg);
+    dt_nn_free(dt_model_ops(o->m), o->dsumsq);
     free(o->seg_off);
     free(o->seg_len);
-    free(o->seg_sumsq);
     free(o);
 }
 
@@ -413,33 +423,15 @@ static float *slot_named(dt_optim *o, const char *name)
 
 /* --------------------------------------------------------------------------------- step -- */
 
-/* Step 1: clipnorm (each weight) or global_clipnorm (all weights), on the grads in place. */
+/* Step 1: clipnorm (each weight) or global_clipnorm (all weights), on the grads in place: the
+ * norms, the decision and the scaling are the backend's kernels (nothing waits for the host). */
 static void clip_by_norm(dt_optim *o, float *g, size_t n)
 {
     const dt_optim_cfg *c = &o->cfg;
-    const dt_nn_ops *ops = dt_model_ops(o->m);
     if (!o->nseg)
         return;
-    ops->sumsq(g, o->nseg, o->seg_off, o->seg_len, o->seg_sumsq);
-    if (c->clipnorm > 0) {
-        /* g clipnorm / max(|g|, clipnorm) */
-        for (size_t s = 0; s < o->nseg; s++) {
-            double norm = sqrt(o->seg_sumsq[s]);
-            if (!(norm <= c->clipnorm))
-                ops->axpby(o->seg_len[s], (float)(c->clipnorm / norm), g + o->seg_off[s], 0.0f,
-                           g + o->seg_off[s]);
-        }
-        return;
-    }
-    /* g global_clipnorm min(1 / |all g|, 1 / global_clipnorm); NaN when the norm is not finite */
-    double ss = 0;
-    for (size_t s = 0; s < o->nseg; s++)
-        ss += o->seg_sumsq[s];
-    double norm = sqrt(ss);
-    if (!isfinite(norm))
-        ops->fill(n, NAN, g);
-    else if (norm > c->global_clipnorm)
-        ops->axpby(n, (float)(c->global_clipnorm / norm), g, 0.0f, g);
+    dt_model_ops(o->m)->clip_norm(g, n, o->nseg, o->dseg, o->dseg + o->nseg, c->clipnorm,
+                                  c->global_clipnorm, o->dsumsq);
 }
 
 /* Nadam's u_1 u_2 ... u_k, u_i = beta_1 (1 - 0.5 0.96^i), multiplied in order from 1 (so a

@@ -729,6 +729,11 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     dt_step_stats s = {0};
     double t0 = dt_wall_s(), busy0[2] = {0, 0};
     bool split = c->busy && distributed(c);
+    /* One replica: the update is queued behind the step before the model's end, so the whole step
+     * (forward, backward, clipping, update) costs the one host synchronisation of that end. With
+     * several, the loss and metrics ride the all-reduce: the end comes first, the update after,
+     * then a sync of its own (and the host ring's buckets are downloads too). */
+    bool updated = false;
     if (split)
         c->busy(c->ctx, &busy0[0], &busy0[1]);
     if (b->n > 0) {
@@ -739,10 +744,17 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
             .x = b->x, .labels = b->y_i32, .targets = b->y_f32, .sample_weight = sw, .n = b->n};
         /* The model scales by 1/global batch; global_n is the step's true count on all replicas,
          * so short last steps average over what they really hold. */
-        st = dt_model_train_step(t->m, &t->loss, &mb, (int)b->global_n, &s, err);
-        /* The model refuses a non-finite loss after its backward, with the step's figures set.
-         * With TerminateOnNaN the step goes on instead, so that every replica learns of it
-         * through the all-reduced loss and stops after the same batch, as Keras does. */
+        dt_model_keep_predictions(t->m, t->nms > 0);
+        DT_TRY(dt_model_train_begin(t->m, &t->loss, &mb, (int)b->global_n, err));
+        if (!distributed(c) && t->hook_st == DT_OK) {
+            DT_TRY(dt_optim_step(t->opt, err));
+            updated = true;
+        }
+        st = dt_model_train_end(t->m, &s, err);
+        /* The model refuses a non-finite loss at the step's end, with the step's figures set
+         * (and, with one replica, the update applied: the job fails). With TerminateOnNaN the
+         * step goes on instead, so that every replica learns of it through the all-reduced loss
+         * and stops after the same batch, as Keras does. */
         if (st == DT_EINVAL && t->on_nan && !isfinite(s.loss))
             st = DT_OK;
         DT_TRY(st);
@@ -811,11 +823,13 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
         t->phase.ring += busy1[1] - busy0[1];
         t->phase.split = true;
     }
-    DT_TRY(dt_optim_step(t->opt, err));
-    const dt_nn_ops *ops = dt_model_ops(t->m);
-    char msg[512];
-    if (ops->sync && ops->sync(msg, sizeof msg) != 0) /* a device's kernels fail only here */
-        return dt_err_set(err, DT_EIO, "%s: %s", ops->name, msg);
+    if (!updated) {
+        DT_TRY(dt_optim_step(t->opt, err));
+        const dt_nn_ops *ops = dt_model_ops(t->m);
+        char msg[512];
+        if (ops->sync && ops->sync(msg, sizeof msg) != 0) /* a device's kernels fail only here */
+            return dt_err_set(err, DT_EIO, "%s: %s", ops->name, msg);
+    }
     t->phase.compute += t1 - t0;
     t->phase.wait += t2 - t1;
     t->phase.update += dt_wall_s() - t2;

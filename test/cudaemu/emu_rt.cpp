@@ -13,6 +13,7 @@
  */
 #include "nn/cuda/internal.cuh"
 
+#include <atomic>
 #include <cblas.h>
 #include <map>
 #include <stdio.h>
@@ -166,13 +167,26 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
     return cudaSuccess;
 }
 
+/* Host-blocking calls of every thread: a stream or device sync, a blocking cudaMemcpy, and a
+ * cudaMemcpyAsync into pageable host memory (real CUDA returns from that one only when the copy
+ * is done, so it waits for the stream). The kernels here run at once, so nothing ever waits;
+ * the count is what a GPU would have waited for, read by the tests with dlsym. */
+static std::atomic<long> blocking_syncs;
+
+extern "C" __attribute__((visibility("default"))) long emu_blocking_syncs(void)
+{
+    return blocking_syncs.load();
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
+    blocking_syncs++;
     return emu_capture_touch(s);
 }
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    blocking_syncs++;
     return emu_capture_unsafe("cudaDeviceSynchronize");
 }
 
@@ -277,9 +291,10 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p)
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s)
 {
-    (void)kind;
     if (bytes && (!dst || !src))
         return cudaErrorInvalidValue;
+    if (kind == cudaMemcpyDeviceToHost && bytes && emu_pageable(dst))
+        blocking_syncs++;
     if (!bytes)
         return cudaSuccess;
     cudaStreamCaptureStatus st;
@@ -301,6 +316,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
 {
     cudaError_t e = emu_capture_unsafe("cudaMemcpy");
+    if (!(kind == cudaMemcpyDeviceToHost && bytes && dst && emu_pageable(dst)))
+        blocking_syncs++; /* else cudaMemcpyAsync counts it */
     return e != cudaSuccess ? e : cudaMemcpyAsync(dst, src, bytes, kind, 0);
 }
 

@@ -132,8 +132,36 @@ static void cu_download(void *dst, const void *src, size_t bytes)
         dt_cu_download_sync(dst, src, bytes);
 }
 
+/* Pinned: a copy into pageable memory would return only once the stream got there. */
+static void *cu_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory is the caller's NULL, as alloc's */
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cu_host_free(void *p)
+{
+    DT_CU(cudaStreamSynchronize(tls_ctx.stream)); /* a queued download may still write it */
+    DT_CU(cudaFreeHost(p));
+}
+
+/* Queued behind the step's kernels; the host reads dst after the next sync. */
+static void cu_download_async(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        DT_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, tls_ctx.stream));
+}
+
 void dt_cu_fill_mem(dt_nn_ops *o)
 {
+    o->host_alloc = cu_host_alloc;
+    o->host_free = cu_host_free;
+    o->download_async = cu_download_async;
     o->alloc = cu_alloc;
     o->free = cu_free;
     o->upload = cu_upload;
@@ -376,7 +404,9 @@ static int sync(char *msg, size_t n)
                 X(img_adjust_bwd) X(img_resize) X(img_resize_bwd) X(img_transform)                 \
                     X(img_transform_bwd) X(dw_fwd) X(dw_bwd) X(max_fwd) X(max_bwd) X(embed_fwd)    \
                         X(embed_bwd) X(seq_mean) X(seq_mean_bwd) X(ln_fwd) X(ln_bwd) X(attn_mask)  \
-                            X(rnn_fwd) X(rnn_bwd) X(norm_fwd) X(norm_bwd) X(cat_encode)
+                            X(rnn_fwd) X(rnn_bwd) X(norm_fwd) X(norm_bwd) X(cat_encode)            \
+                                X(host_alloc) X(host_free) X(download_async) X(loss_dev)           \
+                                    X(regularize_dev) X(hits) X(clip_norm)
 
 static dt_nn_ops table;
 static const char *missing[64];

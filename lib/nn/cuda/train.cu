@@ -299,6 +299,26 @@ static __global__ void loss_k(dt_nn_loss_p lp, const float *pred, const int32_t 
     }
 }
 
+/* Queues the per-row losses (scratch) and their sum into out: device memory, or NULL for the
+ * scratch's own slot, which it returns (NULL: no scratch, the error kept for sync). */
+static double *loss_queue(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
+                          const float *values, const float *row_w, size_t n, int cols, float scale,
+                          float *dpred, double *out)
+{
+    double *rl = (double *)dt_cu_scratch((n + 1) * sizeof(double));
+    if (!rl)
+        return NULL;
+    if (!out)
+        out = rl + n;
+    cudaStream_t st = dt_cu_stream();
+    loss_k<<<row_grid(n), row_threads(cols), 0, st>>>(*p, pred, labels, values, row_w, n, cols,
+                                                      scale, dpred, rl);
+    DT_CU_LAUNCH(loss_k);
+    sum_k<<<1, DT_CU_THREADS, 0, st>>>(rl, n, out);
+    DT_CU_LAUNCH(sum_k);
+    return out;
+}
+
 static void cu_loss(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
                     const float *values, const float *row_w, size_t n, int cols, float scale,
                     float *dpred, double *loss_sum)
@@ -306,19 +326,82 @@ static void cu_loss(const dt_nn_loss_p *p, const float *pred, const int32_t *lab
     *loss_sum = 0;
     if (n == 0 || cols <= 0)
         return;
-    /* the per-row losses, then their sum */
-    double *rl = (double *)dt_cu_scratch((n + 1) * sizeof(double));
-    if (!rl) {
-        *loss_sum = NAN;
+    const double *d = loss_queue(p, pred, labels, values, row_w, n, cols, scale, dpred, NULL);
+    *loss_sum = d ? download_double(d) : NAN;
+}
+
+/* The step block's loss: nothing crosses to the host. */
+static void cu_loss_dev(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
+                        const float *values, const float *row_w, size_t n, int cols, float scale,
+                        float *dpred, double *loss_sum)
+{
+    if (n == 0 || cols <= 0) {
+        DT_CU(cudaMemsetAsync(loss_sum, 0, sizeof(double), dt_cu_stream())); /* 0.0 */
         return;
     }
+    loss_queue(p, pred, labels, values, row_w, n, cols, scale, dpred, loss_sum);
+}
+
+/* --- accuracy hits ---------------------------------------------------------------------------- */
+
+/* rh[i] = row i's hits, as ops_cpu_train.c's dt__nn_cpu_hits (a thread a row: its argmax scans
+ * the columns in order, so ties and NaNs go the CPU's way). */
+static __global__ void hits_row_k(dt_nn_hits_kind kind, const float *pred, const int32_t *labels,
+                                  const float *targets, size_t n, int cols, double *rh)
+{
+    DT_CU_FOR(i, n)
+    {
+        const float *r = pred + i * (size_t)cols;
+        if (kind == DT_NN_HITS_BINARY) {
+            int ok = 0;
+            for (int j = 0; j < cols; j++) {
+                float t = targets ? targets[i * (size_t)cols + j] : (float)labels[i];
+                ok += (float)(r[j] > 0.5f) == t;
+            }
+            rh[i] = __ddiv_rn((double)ok, (double)cols);
+            continue;
+        }
+        int am = 0;
+        for (int j = 1; j < cols; j++)
+            am = r[j] > r[am] ? j : am;
+        if (kind == DT_NN_HITS_SPARSE) {
+            rh[i] = am == labels[i] ? 1.0 : 0.0;
+        } else {
+            const float *t = targets + i * (size_t)cols;
+            int tm = 0;
+            for (int j = 1; j < cols; j++)
+                tm = t[j] > t[tm] ? j : tm;
+            rh[i] = am == tm ? 1.0 : 0.0;
+        }
+    }
+}
+
+/* out[0] = the rows' hits added in row order by one thread: the CPU's sum, bit for bit */
+static __global__ void seq_sum_k(const double *v, size_t n, double *out)
+{
+    if (threadIdx.x != 0 || blockIdx.x != 0)
+        return;
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s = __dadd_rn(s, v[i]);
+    out[0] = s;
+}
+
+static void cu_hits(dt_nn_hits_kind kind, const float *pred, const int32_t *labels,
+                    const float *targets, size_t n, int cols, double *out)
+{
     cudaStream_t st = dt_cu_stream();
-    loss_k<<<row_grid(n), row_threads(cols), 0, st>>>(*p, pred, labels, values, row_w, n, cols,
-                                                      scale, dpred, rl);
-    DT_CU_LAUNCH(loss_k);
-    sum_k<<<1, DT_CU_THREADS, 0, st>>>(rl, n, rl + n);
-    DT_CU_LAUNCH(sum_k);
-    *loss_sum = download_double(rl + n);
+    if (n == 0 || cols <= 0) {
+        DT_CU(cudaMemsetAsync(out, 0, sizeof(double), st));
+        return;
+    }
+    double *rh = (double *)dt_cu_scratch(n * sizeof(double));
+    if (!rh)
+        return;
+    hits_row_k<<<dt_cu_blocks(n), DT_CU_THREADS, 0, st>>>(kind, pred, labels, targets, n, cols, rh);
+    DT_CU_LAUNCH(hits_row_k);
+    seq_sum_k<<<1, 1, 0, st>>>(rh, n, out);
+    DT_CU_LAUNCH(seq_sum_k);
 }
 
 /* --- regularization --------------------------------------------------------------------------- */
@@ -365,24 +448,44 @@ static __global__ void reg_fin_k(const double *ps, const double *pt, unsigned nb
         out[0] = __dadd_rn(__dmul_rn(l1, s1), __dmul_rn(l2, s2));
 }
 
-static double cu_regularize(const float *w, float *g, size_t n, float l1, float l2, float scale)
+/* Queues the regularisation into out (device; NULL: the scratch's slot, returned). */
+static double *reg_queue(const float *w, float *g, size_t n, float l1, float l2, float scale,
+                         double *out)
 {
-    if (n == 0)
-        return (double)l1 * 0.0 + (double)l2 * 0.0;
     /* the grid depends on n only: the same partials, the same bits, every run */
     unsigned nb = dt_cu_blocks(n);
     if (nb > REG_BLOCKS)
         nb = REG_BLOCKS;
     double *ps = (double *)dt_cu_scratch((2 * (size_t)nb + 1) * sizeof(double));
     if (!ps)
-        return NAN;
-    double *pt = ps + nb, *out = pt + nb;
+        return NULL;
+    double *pt = ps + nb;
+    if (!out)
+        out = pt + nb;
     cudaStream_t st = dt_cu_stream();
     reg_k<<<nb, DT_CU_THREADS, 0, st>>>(w, g, n, l1, l2, scale, ps, pt);
     DT_CU_LAUNCH(reg_k);
     reg_fin_k<<<1, DT_CU_THREADS, 0, st>>>(ps, pt, nb, l1, l2, out);
     DT_CU_LAUNCH(reg_fin_k);
-    return download_double(out);
+    return out;
+}
+
+static double cu_regularize(const float *w, float *g, size_t n, float l1, float l2, float scale)
+{
+    if (n == 0)
+        return (double)l1 * 0.0 + (double)l2 * 0.0;
+    const double *d = reg_queue(w, g, n, l1, l2, scale, NULL);
+    return d ? download_double(d) : NAN;
+}
+
+static void cu_regularize_dev(const float *w, float *g, size_t n, float l1, float l2, float scale,
+                              double *out)
+{
+    if (n == 0) {
+        DT_CU(cudaMemsetAsync(out, 0, sizeof(double), dt_cu_stream())); /* l1 0 + l2 0 */
+        return;
+    }
+    reg_queue(w, g, n, l1, l2, scale, out);
 }
 
 /* --- optimizer updates ------------------------------------------------------------------------ */
@@ -590,17 +693,17 @@ static __host__ __device__ unsigned sq_chunks(size_t len)
     return c ? (unsigned)c : 1u;
 }
 
-/* part[s gx + c] = chunk c's sum of squares of segment s (offl: off[nseg], then len[nseg]) */
-static __global__ void sumsq_k(const float *x, size_t nseg, const size_t *offl, unsigned gx,
-                               double *part)
+/* part[s gx + c] = chunk c's sum of squares of segment s */
+static __global__ void sumsq_k(const float *x, size_t nseg, const size_t *off, const size_t *lens,
+                               unsigned gx, double *part)
 {
     __shared__ double sh[DT_CU_THREADS];
     for (size_t s = blockIdx.y; s < nseg; s += gridDim.y) { /* uniform in the block */
-        size_t len = offl[nseg + s];
+        size_t len = lens[s];
         unsigned ch = sq_chunks(len);
         if (blockIdx.x >= ch)
             continue;
-        const float *p = x + offl[s];
+        const float *p = x + off[s];
         double acc = 0;
         for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < len;
              i += (size_t)ch * blockDim.x)
@@ -612,17 +715,30 @@ static __global__ void sumsq_k(const float *x, size_t nseg, const size_t *offl, 
 }
 
 /* out[s] = the sum of segment s's chunks in a fixed tree */
-static __global__ void sumsq_fin_k(size_t nseg, const size_t *offl, unsigned gx, const double *part,
+static __global__ void sumsq_fin_k(size_t nseg, const size_t *lens, unsigned gx, const double *part,
                                    double *out)
 {
     __shared__ double sh[DT_CU_THREADS];
     for (size_t s = blockIdx.x; s < nseg; s += gridDim.x) { /* uniform in the block */
-        unsigned ch = sq_chunks(offl[nseg + s]);
+        unsigned ch = sq_chunks(lens[s]);
         double v = threadIdx.x < ch ? part[s * gx + threadIdx.x] : 0.0;
         v = dt_cu_block_sum(v, sh);
         if (threadIdx.x == 0)
             out[s] = v;
     }
+}
+
+/* Queues the segments' sums of squares into out (device): chunk partials, then their tree. */
+static void sumsq_queue(const float *x, size_t nseg, const size_t *off, const size_t *lens,
+                        unsigned gx, double *part, double *out)
+{
+    cudaStream_t st = dt_cu_stream();
+    unsigned gy = nseg < 65535u ? (unsigned)nseg : 65535u;
+    sumsq_k<<<dim3(gx, gy), DT_CU_THREADS, 0, st>>>(x, nseg, off, lens, gx, part);
+    DT_CU_LAUNCH(sumsq_k);
+    unsigned g2 = nseg < 65535u * 8u ? (unsigned)nseg : 65535u * 8u;
+    sumsq_fin_k<<<g2, DT_CU_THREADS, 0, st>>>(nseg, lens, gx, part, out);
+    DT_CU_LAUNCH(sumsq_fin_k);
 }
 
 /* false (out NaN) when the scratch or the pinned buffer could not be had */
@@ -655,14 +771,89 @@ static void cu_sumsq(const float *x, size_t nseg, const size_t *off, const size_
     cudaStream_t st = dt_cu_stream();
     DT_CU(cudaMemcpyAsync(d, off, nseg * sizeof(size_t), cudaMemcpyHostToDevice, st));
     DT_CU(cudaMemcpyAsync(d + nseg, len, nseg * sizeof(size_t), cudaMemcpyHostToDevice, st));
-    unsigned gy = nseg < 65535u ? (unsigned)nseg : 65535u;
-    sumsq_k<<<dim3(gx, gy), DT_CU_THREADS, 0, st>>>(x, nseg, d, gx, part);
-    DT_CU_LAUNCH(sumsq_k);
-    unsigned g2 = nseg < 65535u * 8u ? (unsigned)nseg : 65535u * 8u;
-    sumsq_fin_k<<<g2, DT_CU_THREADS, 0, st>>>(nseg, d, gx, part, dout);
-    DT_CU_LAUNCH(sumsq_fin_k);
+    sumsq_queue(x, nseg, d, d + nseg, gx, part, dout);
     dt_cu_download_sync(hout, dout, nseg * sizeof(double));
     memcpy(out, hout, nseg * sizeof(double));
+}
+
+/* --- clipping by norm ------------------------------------------------------------------------- */
+
+/* One thread: the host's decisions of optim.c before the step block, in double as there.
+ * on[s] (clipnorm) or on[0] (global): 0 leave, 1 scale by sc[.], 2 fill with NaN. */
+static __global__ void clip_scale_k(size_t nseg, float clipnorm, float gclip, const double *ss,
+                                    float *sc, int *on)
+{
+    if (threadIdx.x != 0 || blockIdx.x != 0)
+        return;
+    if (clipnorm > 0) {
+        for (size_t s = 0; s < nseg; s++) {
+            double norm = sqrt(ss[s]);
+            on[s] = !(norm <= (double)clipnorm);
+            sc[s] = on[s] ? (float)__ddiv_rn((double)clipnorm, norm) : 1.0f;
+        }
+        return;
+    }
+    double sum = 0;
+    for (size_t s = 0; s < nseg; s++)
+        sum = __dadd_rn(sum, ss[s]);
+    double norm = sqrt(sum);
+    on[0] = !isfinite(norm) ? 2 : (norm > (double)gclip ? 1 : 0);
+    sc[0] = on[0] == 1 ? (float)__ddiv_rn((double)gclip, norm) : 1.0f;
+}
+
+/* clipnorm: each segment whose on[s] is set, as axpby(sc[s], g, 0, g) computes it */
+static __global__ void clip_seg_k(float *g, size_t nseg, const size_t *off, const size_t *lens,
+                                  const float *sc, const int *on)
+{
+    for (size_t s = blockIdx.y; s < nseg; s += gridDim.y) {
+        if (!on[s])
+            continue;
+        float a = sc[s], *p = g + off[s];
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < lens[s];
+             i += (size_t)gridDim.x * blockDim.x)
+            p[i] = __fadd_rn(__fmul_rn(a, p[i]), __fmul_rn(0.0f, p[i]));
+    }
+}
+
+/* global_clipnorm: all of g by on[0] */
+static __global__ void clip_all_k(float *g, size_t n, const float *sc, const int *on)
+{
+    int code = on[0];
+    if (!code)
+        return;
+    float a = sc[0];
+    DT_CU_FOR(i, n)
+    {
+        g[i] = code == 2 ? NAN : __fadd_rn(__fmul_rn(a, g[i]), __fmul_rn(0.0f, g[i]));
+    }
+}
+
+static void cu_clip_norm(float *g, size_t n, size_t nseg, const size_t *off, const size_t *len,
+                         float clipnorm, float global_clipnorm, double *ss)
+{
+    if (nseg == 0)
+        return;
+    /* the host does not know the longest segment: n bounds it, and a segment's partials depend
+     * on its own length only, so the sums are cu_sumsq's */
+    unsigned gx = sq_chunks(n);
+    double *part = (double *)dt_cu_scratch((size_t)gx * nseg * sizeof(double) +
+                                           nseg * (sizeof(float) + sizeof(int)));
+    if (!part)
+        return;
+    float *sc = (float *)(part + (size_t)gx * nseg);
+    int *on = (int *)(sc + nseg);
+    cudaStream_t st = dt_cu_stream();
+    sumsq_queue(g, nseg, off, len, gx, part, ss);
+    clip_scale_k<<<1, 1, 0, st>>>(nseg, clipnorm, global_clipnorm, ss, sc, on);
+    DT_CU_LAUNCH(clip_scale_k);
+    if (clipnorm > 0) {
+        unsigned gy = nseg < 65535u ? (unsigned)nseg : 65535u;
+        clip_seg_k<<<dim3(gx, gy), DT_CU_THREADS, 0, st>>>(g, nseg, off, len, sc, on);
+        DT_CU_LAUNCH(clip_seg_k);
+    } else {
+        clip_all_k<<<dt_cu_blocks(n), DT_CU_THREADS, 0, st>>>(g, n, sc, on);
+        DT_CU_LAUNCH(clip_all_k);
+    }
 }
 
 void dt_cu_fill_train(dt_nn_ops *o)
@@ -671,4 +862,8 @@ void dt_cu_fill_train(dt_nn_ops *o)
     o->regularize = cu_regularize;
     o->update = cu_update;
     o->sumsq = cu_sumsq;
+    o->loss_dev = cu_loss_dev;
+    o->regularize_dev = cu_regularize_dev;
+    o->hits = cu_hits;
+    o->clip_norm = cu_clip_norm;
 }
