@@ -139,6 +139,9 @@ $(BUILD)/obj/lib/data/resize.o $(BUILD)/obj/lib/data/pipeline.o: \
 	CFLAGS += -ftree-vectorize -fvect-cost-model=dynamic
 # The recurrent cells' sigmoid and tanh over blocks of units (ops_cpu_rnn.c), likewise.
 $(BUILD)/obj/lib/nn/ops_cpu_rnn.o: CFLAGS += -ftree-vectorize -fvect-cost-model=dynamic
+# The CPU table's element-wise ops and bias sums (an LSTM's bias gradient sums 6,400 rows of
+# 256 a step), likewise.
+$(BUILD)/obj/lib/nn/ops_cpu.o: CFLAGS += -ftree-vectorize -fvect-cost-model=dynamic
 
 $(LIBDTRAIN): $(LIB_OBJ)
 	@echo "  AR      $@"

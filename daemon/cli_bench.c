@@ -48,11 +48,11 @@ static void timed_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const
 }
 
 /* The recurrent layers' per-timestep products count as GEMMs too. */
-static void timed_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *p,
-                           float beta, float *c, int ldc)
+static void timed_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                           int ldb, float beta, float *c, int ldc)
 {
     double t0 = now_s();
-    real_ops->rnn_gemm(ta, m, n, k, a, lda, p, beta, c, ldc);
+    real_ops->rnn_gemm(ta, m, n, k, a, lda, b, ldb, beta, c, ldc);
     gemm_s += now_s() - t0;
 }
 

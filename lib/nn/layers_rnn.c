@@ -15,8 +15,8 @@
  * (overwritten by their gradients in backward), the states H (T + 1, u) time-major, an LSTM's
  * cell states C (T + 1, u), a GRU's per-step q (T, u), the recurrent projection R (G u), the
  * carried gradients dH, dC, dQ (u each), Bidirectional's per-direction output and its
- * gradient (T_out, u each), the packed gate gradients of a step (G u; rnn_pack), and with
- * dropout the masks (groups, T, D), one draw (D) and the masked input (T, D). Per layer (stat),
+ * gradient (T_out, u each), and with dropout the masks (groups, T, D), one draw (D) and the
+ * masked input (T, D). Per layer (stat),
  * per direction: the recurrent kernel packed for rnn_gemm as U (u, G u) and U^T (G u, u).
  *
  * Where the backend has rnn_gemm (the CPU's), the per-timestep products h0 U, d(a) U^T and
@@ -386,7 +386,7 @@ static size_t dir_floats(const dt__nn_layer *l)
 {
     size_t T = (size_t)steps(l), u = (size_t)l->units, gu = (size_t)gates_of(l->rnn_cell) * u;
     size_t D = (size_t)l->in_shape[0].d[1];
-    size_t f = T * gu + (T + 1) * u + 2 * gu + 3 * u;
+    size_t f = T * gu + (T + 1) * u + gu + 3 * u;
     if (l->rnn_cell == DT_NN_CELL_LSTM)
         f += (T + 1) * u;
     if (l->rnn_cell == DT_NN_CELL_GRU)
@@ -443,7 +443,6 @@ static dt_status rnn_build(dt__nn_layer *l, dt_err *err)
 
 typedef struct dir_bufs {
     float *a, *h, *c, *q, *r, *dh, *dc, *dq, *y, *dy;
-    float *pg;           /* a step's gate gradients packed (n, G u) */
     float *pu, *put;     /* U (u, G u) and U^T (G u, u) packed, per layer */
     float *mx, *mc, *xd; /* input dropout: masks (groups, n, T, D), one draw (n, D), x masked */
 } dir_bufs;
@@ -465,7 +464,6 @@ static dir_bufs bufs(dt__nn_layer *l, const dt__nn_ctx *c, int d)
     TAKE(dh, u);
     TAKE(dc, u);
     TAKE(dq, u);
-    TAKE(pg, gu);
     if (l->rnn_bidi) {
         TAKE(y, (size_t)steps_out(l) * u);
         TAKE(dy, (size_t)steps_out(l) * u);
@@ -595,7 +593,7 @@ static void dir_forward(dt__nn_layer *l, dt__nn_ctx *c, int d, float *out)
         dt_nn_rnn_step st = step_at(l, c, &b, d, s);
         st.y = out_at(l, d, s, out);
         if (packed) {
-            o->rnn_gemm(false, n, gu, u, st.h0, u, b.pu, 0.0f, b.r, gu);
+            o->rnn_gemm(false, n, gu, u, st.h0, u, b.pu, 0, 0.0f, b.r, gu);
             if (l->rnn_reset_after && l->use_bias)
                 o->bias_add(b.r, w[2].data + gu, (size_t)n, gu);
             o->rnn_fwd(&st);
@@ -648,13 +646,11 @@ static void dir_backward(dt__nn_layer *l, dt__nn_ctx *c, int d, const float *dou
             o->rnn_bwd(&st);
             const float *g = ra ? b.r : st.a; /* the gradient of h0 U (+ recurrent bias) */
             int ldg = ra ? gu : lda;
-            if (gr) { /* dU += h0^T g */
-                o->rnn_pack(false, n, gu, g, ldg, b.pg);
-                o->rnn_gemm(true, u, gu, n, st.h0, u, b.pg, 1.0f, gr, gu);
-            }
+            if (gr) /* dU += h0^T g */
+                o->rnn_gemm(true, u, gu, n, st.h0, u, g, ldg, 1.0f, gr, gu);
             if (ra && gb)
                 o->bias_grad(b.r, (size_t)n, gu, gb + gu, true);
-            o->rnn_gemm(false, n, u, gu, g, ldg, b.put, 1.0f, b.dh, u);
+            o->rnn_gemm(false, n, u, gu, g, ldg, b.put, 0, 1.0f, b.dh, u);
         } else if (!split) {
             o->rnn_bwd(&st);
             const float *g = ra ? b.r : st.a; /* the gradient of h0 U (+ recurrent bias) */

@@ -495,10 +495,12 @@ typedef struct dt_nn_ops {
      * operand that serves many calls packed once. rnn_pack writes B (k, n) - b (k, n), row
      * stride ldb, or with tb b^T (b is (n, k)) - into p (k n floats, the backend's layout).
      * rnn_gemm: c (m, n) = beta c + A B for beta 0 or 1, A (m, k) = a (row stride lda) or with
-     * ta a^T (a is (k, m)), B as rnn_pack left it in p. Deterministic; the bits may differ from
-     * gemm's. */
+     * ta a^T (a is (k, m)); B as rnn_pack left it in b when ldb is 0, else b (k, n) with row
+     * stride ldb (an operand used once). Deterministic, and each element's value does not
+     * depend on m, n or ldb (a batch split over replicas gives the same rows); the bits may
+     * differ from gemm's. */
     void (*rnn_pack)(bool tb, int k, int n, const float *b, int ldb, float *p);
-    void (*rnn_gemm)(bool ta, int m, int n, int k, const float *a, int lda, const float *p,
+    void (*rnn_gemm)(bool ta, int m, int n, int k, const float *a, int lda, const float *b, int ldb,
                      float beta, float *c, int ldc);
     /* Normalization over rows (rows, cols), a mean and variance per column:
      * y = (x - mean) / max(sqrt(var), 1e-7), or with invert y = mean + x max(sqrt(var), 1e-7),

@@ -61,8 +61,8 @@ void dt__nn_cpu_attn_mask(float *s, const float *qm, const float *vm, const floa
 void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s);
 void dt__nn_cpu_rnn_bwd(const dt_nn_rnn_step *s);
 void dt__nn_cpu_rnn_pack(bool tb, int k, int n, const float *b, int ldb, float *p);
-void dt__nn_cpu_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *p,
-                         float beta, float *c, int ldc);
+void dt__nn_cpu_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                         int ldb, float beta, float *c, int ldc);
 /* Tests: the rnn_pack / rnn_gemm kernels to use from now on: 0 the CPU's best, 1 the plain
  * layout and OpenBLAS, 2 AVX2 and FMA, 3 AVX-512. false (nothing changed) where the CPU lacks
  * it. Not thread-safe: call it while no model runs. */

@@ -88,7 +88,8 @@ void dt__nn_cpu_rnn_pack(bool tb, int k, int n, const float *b, int ldb, float *
  * a[i ar + kk ak] (ar, ak = lda, 1, or 1, lda with ta). */
 #define TILE512(MR)                                                                                \
     __attribute__((target("avx512f"))) static void tile512_##MR(                                   \
-        int k, const float *a, int ar, int ak, const float *q, int w, float *c, int ldc, bool acc) \
+        int k, const float *a, int ar, int ak, const float *q, int ldq, int w, float *c, int ldc,  \
+        bool acc)                                                                                  \
     {                                                                                              \
         __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);                              \
         __mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w > 16 ? (1u << (w - 16)) - 1 : 0);          \
@@ -100,8 +101,8 @@ void dt__nn_cpu_rnn_pack(bool tb, int k, int n, const float *b, int ldb, float *
                 acc ? _mm512_maskz_loadu_ps(m1, c + (size_t)r * ldc + 16) : _mm512_setzero_ps();   \
         }                                                                                          \
         for (int kk = 0; kk < k; kk++) {                                                           \
-            __m512 b0 = _mm512_maskz_loadu_ps(m0, q + (size_t)kk * w);                             \
-            __m512 b1 = _mm512_maskz_loadu_ps(m1, q + (size_t)kk * w + 16);                        \
+            __m512 b0 = _mm512_maskz_loadu_ps(m0, q + (size_t)kk * ldq);                           \
+            __m512 b1 = _mm512_maskz_loadu_ps(m1, q + (size_t)kk * ldq + 16);                      \
             const float *ak_ = a + (size_t)kk * ak;                                                \
             _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                   \
             {                                                                                      \
@@ -125,8 +126,10 @@ TILE512(1)
  * of B, 1 of A). */
 #define TILE256(MR)                                                                                \
     __attribute__((target("avx2,fma"))) static void tile256_##MR(                                  \
-        int k, const float *a, int ar, int ak, const float *q, int w, float *c, int ldc, bool acc) \
+        int k, const float *a, int ar, int ak, const float *q, int ldq, int w, float *c, int ldc,  \
+        bool acc)                                                                                  \
     {                                                                                              \
+        (void)w; /* always 16 columns */                                                           \
         __m256 s0[MR], s1[MR];                                                                     \
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                       \
         {                                                                                          \
@@ -134,8 +137,8 @@ TILE512(1)
             s1[r] = acc ? _mm256_loadu_ps(c + (size_t)r * ldc + 8) : _mm256_setzero_ps();          \
         }                                                                                          \
         for (int kk = 0; kk < k; kk++) {                                                           \
-            __m256 b0 = _mm256_loadu_ps(q + (size_t)kk * w);                                       \
-            __m256 b1 = _mm256_loadu_ps(q + (size_t)kk * w + 8);                                   \
+            __m256 b0 = _mm256_loadu_ps(q + (size_t)kk * ldq);                                     \
+            __m256 b1 = _mm256_loadu_ps(q + (size_t)kk * ldq + 8);                                 \
             const float *ak_ = a + (size_t)kk * ak;                                                \
             _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                   \
             {                                                                                      \
@@ -156,7 +159,7 @@ TILE256(1)
 
 /* A narrower last panel, a row at a time under masks (lane l of part v on when 8 v + l < w). */
 __attribute__((target("avx2,fma"))) static void
-tile256_narrow(int k, const float *a, int ak, const float *q, int w, float *c, bool acc)
+tile256_narrow(int k, const float *a, int ak, const float *q, int ldq, int w, float *c, bool acc)
 {
     __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), mk[4];
     __m256 s[4];
@@ -167,50 +170,78 @@ tile256_narrow(int k, const float *a, int ak, const float *q, int w, float *c, b
     for (int kk = 0; kk < k; kk++) {
         __m256 x = _mm256_broadcast_ss(a + (size_t)kk * ak);
         for (int v = 0; v < 4; v++)
-            s[v] = _mm256_fmadd_ps(x, _mm256_maskload_ps(q + (size_t)kk * w + 8 * v, mk[v]), s[v]);
+            s[v] =
+                _mm256_fmadd_ps(x, _mm256_maskload_ps(q + (size_t)kk * ldq + 8 * v, mk[v]), s[v]);
     }
     for (int v = 0; v < 4; v++)
         _mm256_maskstore_ps(c + 8 * v, mk[v], s[v]);
 }
 
-typedef void tile_fn(int k, const float *a, int ar, int ak, const float *q, int w, float *c,
-                     int ldc, bool acc);
+typedef void tile_fn(int k, const float *a, int ar, int ak, const float *q, int ldq, int w,
+                     float *c, int ldc, bool acc);
+
+/* Rows kk0.. (kc of them) of one panel over all row tiles of c; acc: add to c. */
+static void panel(bool w5, int m, int kc, const float *a, int ar, int ak, const float *q, int ldq,
+                  int w, float *c, int ldc, bool acc)
+{
+    /* tiles of rows, tallest first: the tile sets no bits, only which rows share loads */
+    tile_fn *t512[] = {tile512_8, tile512_4, tile512_2, tile512_1};
+    tile_fn *t256[] = {tile256_6, tile256_2, tile256_1};
+    const int h512[] = {8, 4, 2, 1}, h256[] = {6, 2, 1};
+    if (!w5 && w < PANEL) {
+        for (int i = 0; i < m; i++)
+            tile256_narrow(kc, a + (size_t)i * ar, ak, q, ldq, w, c + (size_t)i * ldc, acc);
+        return;
+    }
+    /* AVX-512: the panel in one; AVX2: in halves of 16 columns */
+    for (int h = 0; h < (w5 ? 1 : 2); h++) {
+        int i0 = 0;
+        for (int t = 0; t < (w5 ? 4 : 3); t++) {
+            int th = w5 ? h512[t] : h256[t];
+            for (; i0 + th <= m; i0 += th)
+                (w5 ? t512 : t256)[t](kc, a + (size_t)i0 * ar, ar, ak, q + 16 * h, ldq, w,
+                                      c + (size_t)i0 * ldc + 16 * h, ldc, acc);
+        }
+    }
+}
 #endif
 
-void dt__nn_cpu_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *p,
-                         float beta, float *c, int ldc)
+/* B plain is copied a block of KC rows of a panel at a time into a local buffer first: the
+ * gate gradients' rows lie T G u floats apart (a multiple of 4 KiB for an LSTM(64) on 200
+ * steps), so read in place every row of a block falls in one L1 set. A block boundary splits
+ * no sum: the partial sums go through c as the floats they are. */
+#define KC 64
+
+void dt__nn_cpu_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                         int ldb, float beta, float *c, int ldc)
 {
-    bool acc = beta != 0;
 #if RG_X86
     if (packed()) {
         int ar = ta ? 1 : lda, ak = ta ? lda : 1;
-        /* tiles of rows, tallest first: the tile sets no bits, only which rows share loads */
-        tile_fn *t512[] = {tile512_8, tile512_4, tile512_2, tile512_1};
-        tile_fn *t256[] = {tile256_6, tile256_2, tile256_1};
-        const int h512[] = {8, 4, 2, 1}, h256[] = {6, 2, 1};
         bool w5 = wide();
+        float buf[KC * PANEL];
         for (int j0 = 0; j0 < n; j0 += PANEL) {
             int w = n - j0 < PANEL ? n - j0 : PANEL;
-            const float *q = p + (size_t)j0 * k;
-            if (!w5 && w < PANEL) {
-                for (int i = 0; i < m; i++)
-                    tile256_narrow(k, a + (size_t)i * ar, ak, q, w, c + (size_t)i * ldc + j0, acc);
+            if (!ldb) { /* packed: the panel's k rows of w floats */
+                panel(w5, m, k, a, ar, ak, b + (size_t)j0 * k, w, w, c + j0, ldc, beta != 0);
                 continue;
             }
-            /* AVX-512: the panel in one; AVX2: in halves of 16 columns */
-            for (int h = 0; h < (w5 ? 1 : 2); h++) {
-                int i0 = 0;
-                for (int t = 0; t < (w5 ? 4 : 3); t++) {
-                    int th = w5 ? h512[t] : h256[t];
-                    for (; i0 + th <= m; i0 += th)
-                        (w5 ? t512 : t256)[t](k, a + (size_t)i0 * ar, ar, ak, q + 16 * h, w,
-                                              c + (size_t)i0 * ldc + j0 + 16 * h, ldc, acc);
+            for (int k0 = 0; k0 < k; k0 += KC) {
+                int kc = k - k0 < KC ? k - k0 : KC;
+                for (int kk = 0; kk < kc; kk++) {
+                    const float *src = b + (size_t)(k0 + kk) * ldb + j0;
+                    if (w == PANEL) /* a fixed count: the copy vectorises */
+                        memcpy(buf + kk * PANEL, src, PANEL * sizeof(float));
+                    else
+                        memcpy(buf + kk * PANEL, src, (size_t)w * sizeof(float));
                 }
+                panel(w5, m, kc, a + (size_t)k0 * ak, ar, ak, buf, PANEL, w, c + j0, ldc,
+                      beta != 0 || k0 > 0);
             }
         }
         return;
     }
 #endif
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, lda,
-                p, n, beta, c, ldc);
+                b, ldb ? ldb : n, beta, c, ldc);
 }

@@ -18,13 +18,15 @@
  * the activations (s (1 - s), 1 - t^2) instead of computing them again. */
 #define BLOCK 64
 
-/* 8 lanes where the CPU has AVX2 (chosen at load time), 4 (SSE2) elsewhere. No FMA: the values
- * are those of the SSE2 code on every machine, so replicas on mixed hosts still agree. */
+/* The row functions below are cloned: 16 lanes where the CPU has AVX-512, 8 with AVX2 (chosen
+ * at load time), 4 (SSE2) elsewhere, with the activations inlined into each clone. No FMA: the
+ * values are those of the SSE2 code on every machine, so replicas on mixed hosts still agree. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#define VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define VEC_CLONES
 #endif
+#define INLINE static inline __attribute__((always_inline))
 
 /* c ? a : b with bit masks: no branch, so the loops around it vectorise (SSE2 has no blend). */
 static inline float sel(bool c, float a, float b)
@@ -61,13 +63,13 @@ static inline float exp1(float x)
     return p * scale;
 }
 
-VEC_CLONES static void vsigmoid(const float *x, float *y, int n)
+INLINE void vsigmoid(const float *x, float *y, int n)
 {
     for (int k = 0; k < n; k++)
         y[k] = 1.0f / (1.0f + exp1(-x[k]));
 }
 
-VEC_CLONES static void vtanh(const float *x, float *y, int n)
+INLINE void vtanh(const float *x, float *y, int n)
 {
     for (int k = 0; k < n; k++) {
         float ax = fabsf(x[k]), z = x[k] * x[k], e = exp1(-2.0f * ax);
@@ -113,7 +115,7 @@ static float dact(dt_nn_cell_act k, float x)
 }
 
 /* y = act(x) over n <= BLOCK values. */
-static void act_vec(dt_nn_cell_act k, const float *x, float *y, int n)
+INLINE void act_vec(dt_nn_cell_act k, const float *x, float *y, int n)
 {
     if (k == DT_NN_CACT_SIGMOID)
         vsigmoid(x, y, n);
@@ -125,7 +127,7 @@ static void act_vec(dt_nn_cell_act k, const float *x, float *y, int n)
 }
 
 /* y = act(x) and d = act'(x) over n <= BLOCK values. */
-static void act_dact_vec(dt_nn_cell_act k, const float *x, float *y, float *d, int n)
+INLINE void act_dact_vec(dt_nn_cell_act k, const float *x, float *y, float *d, int n)
 {
     act_vec(k, x, y, n);
     if (k == DT_NN_CACT_SIGMOID)
@@ -140,8 +142,8 @@ static void act_dact_vec(dt_nn_cell_act k, const float *x, float *y, float *d, i
 }
 
 /* One unmasked row of an LSTM step forward: a (pre-activations) += r, then c1 and h1. */
-static void lstm_row_fwd(const dt_nn_rnn_step *s, float *a, const float *r, const float *c0,
-                         float *c1, float *h1)
+VEC_CLONES static void lstm_row_fwd(const dt_nn_rnn_step *s, float *a, const float *r,
+                                    const float *c0, float *c1, float *h1)
 {
     int u = s->u;
     for (int g = 0; g < 4; g++)
@@ -164,8 +166,8 @@ static void lstm_row_fwd(const dt_nn_rnn_step *s, float *a, const float *r, cons
 
 /* One unmasked row of an LSTM step backward: a (pre-activations) becomes the gate gradients,
  * dc the cell gradient into the previous step, dh zero (the recurrent GEMM adds to it). */
-static void lstm_row_bwd(const dt_nn_rnn_step *s, float *a, const float *c0, const float *c1,
-                         float *dc, float *dh, const float *dy)
+VEC_CLONES static void lstm_row_bwd(const dt_nn_rnn_step *s, float *a, const float *c0,
+                                    const float *c1, float *dc, float *dh, const float *dy)
 {
     int u = s->u;
     for (int j0 = 0; j0 < u; j0 += BLOCK) {
@@ -192,8 +194,8 @@ static void lstm_row_bwd(const dt_nn_rnn_step *s, float *a, const float *c0, con
 }
 
 /* One unmasked row of a GRU step (reset_after) forward: a_z += r_z, a_r += r_r, q = r_h, h1. */
-static void gru_row_fwd(const dt_nn_rnn_step *s, float *a, const float *r, const float *h0,
-                        float *h1, float *q)
+VEC_CLONES static void gru_row_fwd(const dt_nn_rnn_step *s, float *a, const float *r,
+                                   const float *h0, float *h1, float *q)
 {
     int u = s->u;
     for (int j = 0; j < 2 * u; j++)
@@ -214,8 +216,8 @@ static void gru_row_fwd(const dt_nn_rnn_step *s, float *a, const float *r, const
 }
 
 /* One unmasked row of a GRU step (reset_after) backward: the gate gradients into a and r. */
-static void gru_row_bwd(const dt_nn_rnn_step *s, float *a, float *r, const float *h0,
-                        const float *q, float *dh, const float *dy)
+VEC_CLONES static void gru_row_bwd(const dt_nn_rnn_step *s, float *a, float *r, const float *h0,
+                                   const float *q, float *dh, const float *dy)
 {
     int u = s->u;
     for (int j0 = 0; j0 < u; j0 += BLOCK) {

@@ -562,11 +562,11 @@ static void g_rnn_pack(bool tb, int k, int n, const float *b, int ldb, float *p)
     RUN(rnn_pack(tb, k, n, b, ldb, p));
 }
 
-static void g_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *p,
-                       float beta, float *c, int ldc)
+static void g_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                       int ldb, float beta, float *c, int ldc)
 {
-    DEV(a), DEV(p), DEV(c);
-    RUN(rnn_gemm(ta, m, n, k, a, lda, p, beta, c, ldc));
+    DEV(a), DEV(b), DEV(c);
+    RUN(rnn_gemm(ta, m, n, k, a, lda, b, ldb, beta, c, ldc));
 }
 
 static void g_norm_fwd(const float *x, float *y, const float *mean, const float *var, size_t rows,

@@ -3,8 +3,8 @@
  * and AVX-512 kernels must give exactly the bits of a scalar fmaf loop, on the recurrent layers'
  * shapes (32 x 256 x 64 and its transposes) and on ragged ones: rows that no tile height
  * divides, a last panel narrower than 32 columns, k of 1, A transposed, strided A, B given
- * transposed to rnn_pack, c's columns beyond n left alone. The OpenBLAS fallback (CPUs without
- * FMA) is held to float64 within float32 rounding. */
+ * transposed to rnn_pack, B given unpacked (ldb > 0), c's columns beyond n left alone. The OpenBLAS
+ * fallback (CPUs without FMA) is held to float64 within float32 rounding. */
 #include "dt_test.h"
 #include "nn/ops.h"
 #include "nn/ops_cpu.h"
@@ -37,6 +37,9 @@ static const shape shapes[] = {
     {11, 96, 7, true, false, 0, 2},     /* whole panels only */
 };
 
+static void check(const shape *s, const float *a, int lda, const float *b, int ldb, const float *c,
+                  const float *c0, int ldc, bool exact);
+
 /* One shape at the given kernel level; exact: compare bits with the fmaf chain, else float64. */
 static void run(const shape *s, int level, bool exact)
 {
@@ -56,8 +59,24 @@ static void run(const shape *s, int level, bool exact)
     for (size_t i = 0; i < nc; i++)
         c0[i] = c[i] = uni(&seed);
     ASSERT_TRUE(dt__nn_cpu_rnn_gemm_isa(level));
-    o->rnn_pack(s->tb, s->k, s->n, b, ldb, p);
-    o->rnn_gemm(s->ta, s->m, s->n, s->k, a, lda, p, s->beta, c, ldc);
+    /* B packed, then (not transposed) B as it is */
+    for (int plain = 0; plain < (s->tb ? 1 : 2); plain++) {
+        memcpy(c, c0, nc * sizeof(float));
+        if (plain) {
+            o->rnn_gemm(s->ta, s->m, s->n, s->k, a, lda, b, ldb, s->beta, c, ldc);
+        } else {
+            o->rnn_pack(s->tb, s->k, s->n, b, ldb, p);
+            o->rnn_gemm(s->ta, s->m, s->n, s->k, a, lda, p, 0, s->beta, c, ldc);
+        }
+        check(s, a, lda, b, ldb, c, c0, ldc, exact);
+    }
+    free(a), free(b), free(c), free(c0), free(p);
+}
+
+/* c against the fmaf chain (exact) or float64, and untouched beyond column n. */
+static void check(const shape *s, const float *a, int lda, const float *b, int ldb, const float *c,
+                  const float *c0, int ldc, bool exact)
+{
     for (int i = 0; i < s->m; i++) {
         for (int j = 0; j < ldc; j++) {
             float got = c[(size_t)i * ldc + j], old = c0[(size_t)i * ldc + j];
@@ -80,7 +99,6 @@ static void run(const shape *s, int level, bool exact)
                 ASSERT_NEAR(got, d, 1e-6 * mag + 1e-7);
         }
     }
-    free(a), free(b), free(c), free(c0), free(p);
 }
 
 DT_TEST(nn_rnn_gemm_avx2_fmaf_bits)
