@@ -244,7 +244,8 @@ static dt_status plan_buckets(dt_trainer *t, dt_err *err)
     t->nwire = t->nbuckets - rides;
     size_t ride = t->nwire < t->nbuckets ? last : 0;
     t->nms = dt__train_metrics_state_size(t->spec);
-    t->tail = malloc((nst + 4 + t->nms + ride) * sizeof *t->tail);
+    /* host_alloc: pinned on a GPU, so run_step's downloads into it ride the step's one sync */
+    t->tail = dt_model_ops(t->m)->host_alloc((nst + 4 + t->nms + ride) * sizeof *t->tail);
     t->mstep = calloc(3 * t->nms + 1, sizeof *t->mstep);
     t->mepoch = t->mstep + t->nms;
     t->mval = t->mepoch + t->nms;
@@ -408,6 +409,10 @@ void dt_train_free(dt_trainer *t)
     dt_dataset_free(t->train);
     dt_dataset_free(t->val);
     dt_data_spec_destroy(&t->ds);
+    if (t->tail)
+        dt_model_ops(t->m)->host_free(t->tail);
+    if (t->hg)
+        dt_model_ops(t->m)->host_free(t->hg);
     dt_optim_free(t->opt);
     dt_model_free(t->m);
     dt_tfevents_close(t->tb);
@@ -417,8 +422,6 @@ void dt_train_free(dt_trainer *t)
     free(t->lo);
     free(t->hi);
     free(t->reqs);
-    free(t->tail);
-    free(t->hg);
     free(t->bcast);
     free(t->mstep);
     for (int i = 0; i < DT_JOBSPEC_MAX_CALLBACKS; i++) {
@@ -731,9 +734,13 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     bool split = c->busy && distributed(c);
     /* One replica: the update is queued behind the step before the model's end, so the whole step
      * (forward, backward, clipping, update) costs the one host synchronisation of that end. With
-     * several, the loss and metrics ride the all-reduce: the end comes first, the update after,
-     * then a sync of its own (and the host ring's buckets are downloads too). */
-    bool updated = false;
+     * several, the loss and metrics ride the all-reduce: the end comes first (the moving
+     * statistics and the riding bucket downloaded behind its sync), the update after, then a
+     * sync of its own; a ring in host memory downloads each bucket as backward finishes it. */
+    bool updated = false, tail_down = false;
+    size_t ns;
+    float *state = dt_model_state(t->m, &ns);
+    float *rider = t->tail + ns + 4 + t->nms;
     if (split)
         c->busy(c->ctx, &busy0[0], &busy0[1]);
     if (b->n > 0) {
@@ -749,6 +756,14 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
         if (!distributed(c) && t->hook_st == DT_OK) {
             DT_TRY(dt_optim_step(t->opt, err));
             updated = true;
+        } else if (distributed(c)) {
+            const dt_nn_ops *ops = dt_model_ops(t->m);
+            ops->download_async(t->tail, state, ns * sizeof(float));
+            if (t->nwire < t->nbuckets) {
+                size_t lo = t->lo[t->nbuckets - 1];
+                ops->download_async(rider, g + lo, (t->hi[t->nbuckets - 1] - lo) * sizeof(float));
+            }
+            tail_down = true;
         }
         st = dt_model_train_end(t->m, &s, err);
         /* The model refuses a non-finite loss at the step's end, with the step's figures set
@@ -775,8 +790,6 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     double t1 = dt_wall_s();
     if (t->started > 0)
         t->phase.ahead += t1 - t->first_start;
-    size_t ns;
-    float *state = dt_model_state(t->m, &ns);
     bool cancel = t->opts.cancel && atomic_load(t->opts.cancel);
     float *mv = t->tail + ns;
     mv[0] = (float)(s.loss * b->n);
@@ -786,17 +799,18 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     /* the metrics' sums: counts stay exact in float32 up to 2^24 a step */
     for (size_t i = 0; i < t->nms; i++)
         mv[4 + i] = (float)t->mstep[i];
-    float *rider = mv + 4 + t->nms;
     if (distributed(c)) {
         while (t->started < t->nwire)
             DT_TRY(start_bucket(t, err));
         const dt_nn_ops *ops = dt_model_ops(t->m);
-        ops->download(t->tail, state, ns * sizeof(float));
+        if (!tail_down) /* no examples: nothing was queued */
+            ops->download(t->tail, state, ns * sizeof(float));
         size_t ride = 0, lo = 0;
         if (t->nwire < t->nbuckets) {
             lo = t->lo[t->nbuckets - 1];
             ride = t->hi[t->nbuckets - 1] - lo;
-            ops->download(rider, g + lo, ride * sizeof(float));
+            if (!tail_down)
+                ops->download(rider, g + lo, ride * sizeof(float));
         }
         void *treq = NULL;
         DT_TRY(c->allreduce_start(c->ctx, t->tail, ns + 4 + t->nms + ride, &treq, err));
@@ -1363,7 +1377,8 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
         dt_model_params(t->m, &np);
         dt_model_state(t->m, &nst);
         size_t big = np > nst ? np : nst;
-        t->hg = malloc((np ? np : 1) * sizeof *t->hg);
+        /* pinned: a bucket's download then waits for the stream once, not twice */
+        t->hg = dt_model_ops(t->m)->host_alloc((np ? np : 1) * sizeof *t->hg);
         t->bcast = malloc((big ? big : 1) * sizeof *t->bcast);
         if (!t->hg || !t->bcast)
             return dt_err_set(err, DT_ENOMEM, "train: out of memory");

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cblas.h>
+#include <execinfo.h>
 #include <map>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,21 +173,42 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
  * is done, so it waits for the stream). The kernels here run at once, so nothing ever waits;
  * the count is what a GPU would have waited for, read by the tests with dlsym. */
 static std::atomic<long> blocking_syncs;
+static thread_local long thread_syncs;
 
+/* DTRAIN_EMU_SYNC_TRACE=1: each one prints its stack, to find who waits. */
+static void blocked(void)
+{
+    blocking_syncs++;
+    thread_syncs++;
+    static const char *trace = getenv("DTRAIN_EMU_SYNC_TRACE");
+    if (trace && *trace == '1') {
+        void *frames[12];
+        int n = backtrace(frames, 12);
+        fprintf(stderr, "emu: host-blocking call %ld:\n", blocking_syncs.load());
+        backtrace_symbols_fd(frames, n, 2);
+    }
+}
+
+/* every thread's, and the calling thread's (a replica's trainer thread) */
 extern "C" __attribute__((visibility("default"))) long emu_blocking_syncs(void)
 {
     return blocking_syncs.load();
 }
 
+extern "C" __attribute__((visibility("default"))) long emu_blocking_syncs_thread(void)
+{
+    return thread_syncs;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-    blocking_syncs++;
+    blocked();
     return emu_capture_touch(s);
 }
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-    blocking_syncs++;
+    blocked();
     return emu_capture_unsafe("cudaDeviceSynchronize");
 }
 
@@ -294,7 +316,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
     if (bytes && (!dst || !src))
         return cudaErrorInvalidValue;
     if (kind == cudaMemcpyDeviceToHost && bytes && emu_pageable(dst))
-        blocking_syncs++;
+        blocked();
     if (!bytes)
         return cudaSuccess;
     cudaStreamCaptureStatus st;
@@ -317,7 +339,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 {
     cudaError_t e = emu_capture_unsafe("cudaMemcpy");
     if (!(kind == cudaMemcpyDeviceToHost && bytes && dst && emu_pageable(dst)))
-        blocking_syncs++; /* else cudaMemcpyAsync counts it */
+        blocked(); /* else cudaMemcpyAsync counts it */
     return e != cudaSuccess ? e : cudaMemcpyAsync(dst, src, bytes, kind, 0);
 }
 

@@ -216,3 +216,94 @@ DT_TEST_TIMEOUT(gpu_sync_fit_one_replica, 120)
     dt_train_free(t);
     dt_jobspec_destroy(&spec);
 }
+
+/* Two replicas through the ring in host memory (test_train_util.h's shared-memory comm): each
+ * step downloads the step block, the moving statistics and the riding bucket behind one sync,
+ * every bucket that goes on the wire by itself (the grads leave the device as backward finishes
+ * them), and syncs once more after the update (its grads came back from the host). Here one
+ * bucket of 70k floats travels alone: 3 blocking calls a replica and step. */
+typedef struct sync_rep {
+    tt_shm *s;
+    tt_rank rk;
+    const dt_jobspec *spec;
+    long (*count)(void);
+    long marks[64];
+    int nmarks;
+    dt_status st;
+    dt_err err;
+} sync_rep;
+
+static void rep_step(void *ctx, const dt_train_step_info *si)
+{
+    (void)si;
+    sync_rep *r = ctx;
+    if (r->nmarks < 64)
+        r->marks[r->nmarks++] = r->count();
+}
+
+static void *rep_main(void *arg)
+{
+    sync_rep *r = arg;
+    dt_train_opts o = dt_train_opts_default();
+    o.rank = r->rk.rank;
+    o.world = r->s->world;
+    o.progress = (dt_train_progress){.ctx = r, .step_end = rep_step};
+    dt_trainer *t = NULL;
+    r->st = dt_train_new(r->spec, &o, &t, &r->err);
+    if (r->st == DT_OK) {
+        dt_train_comm c = {.ctx = &r->rk,
+                           .rank = r->rk.rank,
+                           .world = r->s->world,
+                           .allreduce_start = tt_allreduce_start,
+                           .wait = tt_wait,
+                           .broadcast = tt_broadcast};
+        dt_train_result res;
+        r->st = dt_train_fit(t, &c, &res, &r->err);
+    }
+    if (r->st != DT_OK)
+        tt_shm_abort(r->s);
+    dt_train_free(t);
+    return NULL;
+}
+
+DT_TEST_TIMEOUT(gpu_sync_fit_two_replicas_host_ring, 120)
+{
+    gpu_ops();
+    const char *lib = getenv("DTRAIN_CUDA_LIB");
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    long (*count)(void) = h ? (long (*)(void))dlsym(h, "emu_blocking_syncs_thread") : NULL;
+    if (!count)
+        DT_SKIP("not the emulator: no count of host syncs");
+    setenv("DTRAIN_OPS", "/gpu:0", 1);
+    tt_setup(64, 16);
+    const char *model =
+        nn_seq("8, 8, 1", L("Flatten", ""), L("Dense", "\"units\": 1100, \"activation\": \"relu\""),
+               L("BatchNormalization", ""), L("Dense", "\"units\": 4"), NULL);
+    char text[20000];
+    snprintf(text, sizeof text, "%s", tt_spec_model(model, 1, 16, "\"sgd\"", ""));
+    dt_jobspec spec;
+    tt_parse(text, &spec);
+    static tt_shm shm;
+    tt_shm_init(&shm, 2);
+    sync_rep reps[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&reps[i], 0, sizeof reps[i]);
+        reps[i] =
+            (sync_rep){.s = &shm, .rk = {.s = &shm, .rank = i}, .spec = &spec, .count = count};
+        pthread_create(&th[i], NULL, rep_main, &reps[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(reps[i].st, &reps[i].err);
+        printf("replica %d: %d steps, host syncs at their ends:", i, reps[i].nmarks);
+        for (int k = 0; k < reps[i].nmarks; k++)
+            printf(" %ld", reps[i].marks[k]);
+        printf("\n");
+        ASSERT_EQ(reps[i].nmarks, 4);
+        for (int k = 1; k < reps[i].nmarks; k++)
+            ASSERT_EQ(reps[i].marks[k] - reps[i].marks[k - 1], 3);
+    }
+    dt_jobspec_destroy(&spec);
+}
