@@ -241,6 +241,92 @@ VEC_CLONES static void gru_row_bwd(const dt_nn_rnn_step *s, float *a, float *r, 
     }
 }
 
+/* One unmasked row of a SimpleRNN step forward: a += r, h1 = act(a). */
+VEC_CLONES static void simple_row_fwd(const dt_nn_rnn_step *s, float *a, const float *r, float *h1)
+{
+    int u = s->u;
+    for (int j = 0; j < u; j++)
+        a[j] += r[j];
+    for (int j0 = 0; j0 < u; j0 += BLOCK)
+        act_vec(s->act, a + j0, h1 + j0, u - j0 < BLOCK ? u - j0 : BLOCK);
+}
+
+/* One unmasked row of a SimpleRNN step backward: a becomes its gradient, dh zero. */
+VEC_CLONES static void simple_row_bwd(const dt_nn_rnn_step *s, float *a, float *dh, const float *dy)
+{
+    int u = s->u;
+    for (int j0 = 0; j0 < u; j0 += BLOCK) {
+        int m = u - j0 < BLOCK ? u - j0 : BLOCK;
+        float y[BLOCK], d[BLOCK];
+        act_dact_vec(s->act, a + j0, y, d, m);
+        for (int j = 0; j < m; j++) {
+            int k = j0 + j;
+            float dh1 = dh[k] + (dy ? dy[k] : 0.0f);
+            a[k] = dh1 * d[j];
+            dh[k] = 0;
+        }
+    }
+}
+
+/* One unmasked row of a GRU step (reset_after false) forward. Phase 0: a_z += r_z,
+ * a_r += r_r, q = rec(a_r) h0; phase 1: a_h += r_h, h1 = z h0 + (1 - z) act(a_h). */
+VEC_CLONES static void gru2_row_fwd(const dt_nn_rnn_step *s, float *a, const float *r,
+                                    const float *h0, float *h1, float *q)
+{
+    int u = s->u;
+    if (s->phase == 0)
+        for (int j = 0; j < 2 * u; j++)
+            a[j] += r[j];
+    else
+        for (int j = 0; j < u; j++)
+            a[2 * u + j] += r[2 * u + j];
+    for (int j0 = 0; j0 < u; j0 += BLOCK) {
+        int m = u - j0 < BLOCK ? u - j0 : BLOCK;
+        float x[BLOCK], hh[BLOCK];
+        if (s->phase == 0) {
+            act_vec(s->rec, a + u + j0, x, m);
+            for (int j = 0; j < m; j++)
+                q[j0 + j] = x[j] * h0[j0 + j];
+            continue;
+        }
+        act_vec(s->rec, a + j0, x, m);
+        act_vec(s->act, a + 2 * u + j0, hh, m);
+        for (int j = 0; j < m; j++)
+            h1[j0 + j] = x[j] * h0[j0 + j] + (1 - x[j]) * hh[j];
+    }
+}
+
+/* One unmasked row of a GRU step (reset_after false) backward. Phase 1: the update gate and
+ * the candidate's gradients into a, dh = dh1 z; phase 0 (given dq): the reset gate's, and
+ * dh += dq rec(a_r). */
+VEC_CLONES static void gru2_row_bwd(const dt_nn_rnn_step *s, float *a, const float *h0,
+                                    const float *dq, float *dh, const float *dy)
+{
+    int u = s->u;
+    for (int j0 = 0; j0 < u; j0 += BLOCK) {
+        int m = u - j0 < BLOCK ? u - j0 : BLOCK;
+        float z[BLOCK], dz[BLOCK], hh[BLOCK], dhh[BLOCK];
+        if (s->phase == 0) {
+            act_dact_vec(s->rec, a + u + j0, z, dz, m);
+            for (int j = 0; j < m; j++) {
+                int k = j0 + j;
+                a[u + k] = dq[k] * h0[k] * dz[j];
+                dh[k] += dq[k] * z[j];
+            }
+            continue;
+        }
+        act_dact_vec(s->rec, a + j0, z, dz, m);
+        act_dact_vec(s->act, a + 2 * u + j0, hh, dhh, m);
+        for (int j = 0; j < m; j++) {
+            int k = j0 + j;
+            float dh1 = dh[k] + (dy ? dy[k] : 0.0f);
+            a[k] = dh1 * (h0[k] - hh[j]) * dz[j];
+            a[2 * u + k] = dh1 * (1 - z[j]) * dhh[j];
+            dh[k] = dh1 * z[j];
+        }
+    }
+}
+
 void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s)
 {
     int u = s->u, gu = dt__nn_cell_gates(s->cell) * u;
@@ -253,59 +339,21 @@ void dt__nn_cpu_rnn_fwd(const dt_nn_rnn_step *s)
         const float *h0 = s->h0 + (size_t)b * u;
         float *h1 = s->h1 + (size_t)b * u;
         float *q = s->q ? s->q + (size_t)b * u : NULL;
-        /* the vectorised rows; the loop below does the masked rows and the other cells */
-        bool fast =
-            real && (s->cell == DT_NN_CELL_LSTM || (s->cell == DT_NN_CELL_GRU && s->reset_after));
-        if (fast && s->cell == DT_NN_CELL_LSTM)
+        if (real && s->cell == DT_NN_CELL_LSTM)
             lstm_row_fwd(s, a, r, s->c0 + (size_t)b * u, s->c1 + (size_t)b * u, h1);
-        else if (fast)
+        else if (real && s->cell == DT_NN_CELL_GRU && s->reset_after)
             gru_row_fwd(s, a, r, h0, h1, q);
-        for (int j = 0; j < u && !fast; j++) {
-            if (!real) {
-                if (final)
-                    h1[j] = h0[j];
-                if (s->cell == DT_NN_CELL_LSTM)
-                    s->c1[(size_t)b * u + j] = s->c0[(size_t)b * u + j];
-                if (q && !final)
-                    q[j] = 0;
-                continue;
-            }
-            switch (s->cell) {
-            case DT_NN_CELL_SIMPLE:
-                a[j] += r[j];
-                h1[j] = dt__nn_cell_act(s->act, a[j]);
-                break;
-            case DT_NN_CELL_LSTM: {
-                for (int g = 0; g < 4; g++)
-                    a[g * u + j] += r[g * u + j];
-                float i = dt__nn_cell_act(s->rec, a[j]), f = dt__nn_cell_act(s->rec, a[u + j]);
-                float cc = dt__nn_cell_act(s->act, a[2 * u + j]),
-                      o = dt__nn_cell_act(s->rec, a[3 * u + j]);
-                float c1 = f * s->c0[(size_t)b * u + j] + i * cc;
-                s->c1[(size_t)b * u + j] = c1;
-                h1[j] = o * dt__nn_cell_act(s->act, c1);
-                break;
-            }
-            case DT_NN_CELL_GRU:
-                if (s->reset_after) {
-                    a[j] += r[j];
-                    a[u + j] += r[u + j];
-                    q[j] = r[2 * u + j];
-                    float z = dt__nn_cell_act(s->rec, a[j]), rr = dt__nn_cell_act(s->rec, a[u + j]);
-                    float hh = dt__nn_cell_act(s->act, a[2 * u + j] + rr * q[j]);
-                    h1[j] = z * h0[j] + (1 - z) * hh;
-                } else if (s->phase == 0) {
-                    a[j] += r[j];
-                    a[u + j] += r[u + j];
-                    q[j] = dt__nn_cell_act(s->rec, a[u + j]) * h0[j];
-                } else {
-                    a[2 * u + j] += r[2 * u + j];
-                    float z = dt__nn_cell_act(s->rec, a[j]),
-                          hh = dt__nn_cell_act(s->act, a[2 * u + j]);
-                    h1[j] = z * h0[j] + (1 - z) * hh;
-                }
-                break;
-            }
+        else if (real && s->cell == DT_NN_CELL_GRU)
+            gru2_row_fwd(s, a, r, h0, h1, q);
+        else if (real)
+            simple_row_fwd(s, a, r, h1);
+        for (int j = 0; j < u && !real; j++) { /* a masked row keeps the state */
+            if (final)
+                h1[j] = h0[j];
+            if (s->cell == DT_NN_CELL_LSTM)
+                s->c1[(size_t)b * u + j] = s->c0[(size_t)b * u + j];
+            if (q && !final)
+                q[j] = 0;
         }
         if (s->y && final) {
             float *y = s->y + (size_t)b * s->ldy;
@@ -327,77 +375,29 @@ void dt__nn_cpu_rnn_bwd(const dt_nn_rnn_step *s)
         const float *q = s->q ? s->q + (size_t)b * u : NULL;
         float *dh = s->dh + (size_t)b * u;
         if (gru_split && s->phase == 0) { /* the reset gate, given dq = d(a_h) U_h^T */
-            const float *dq = s->dq + (size_t)b * u;
-            for (int j = 0; j < u; j++) {
-                if (!real) {
-                    a[u + j] = 0;
-                    continue;
-                }
-                float rr = dt__nn_cell_act(s->rec, a[u + j]);
-                a[u + j] = dq[j] * h0[j] * dact(s->rec, a[u + j]);
-                dh[j] += dq[j] * rr;
-            }
+            if (real)
+                gru2_row_bwd(s, a, h0, s->dq + (size_t)b * u, dh, NULL);
+            else
+                memset(a + u, 0, (size_t)u * sizeof(float));
             continue;
         }
         const float *dy = (s->dy && (real || !s->zero_masked)) ? s->dy + (size_t)b * s->ldy : NULL;
-        if (real && s->cell == DT_NN_CELL_LSTM) {
+        if (real && s->cell == DT_NN_CELL_LSTM)
             lstm_row_bwd(s, a, s->c0 + (size_t)b * u, s->c1 + (size_t)b * u, s->dc + (size_t)b * u,
                          dh, dy);
-            continue;
-        }
-        if (real && s->cell == DT_NN_CELL_GRU && s->reset_after) {
+        else if (real && s->cell == DT_NN_CELL_GRU && s->reset_after)
             gru_row_bwd(s, a, r, h0, q, dh, dy);
-            continue;
-        }
-        for (int j = 0; j < u; j++) {
-            float dh1 = dh[j] + (dy ? dy[j] : 0.0f);
-            if (!real) {
-                for (int g = 0; g < gu / u; g++) {
-                    a[g * u + j] = 0;
-                    if (r)
-                        r[g * u + j] = 0;
-                }
-                dh[j] = dh1;
-                continue;
+        else if (real && s->cell == DT_NN_CELL_GRU) /* reset_after false, phase 1 */
+            gru2_row_bwd(s, a, h0, NULL, dh, dy);
+        else if (real)
+            simple_row_bwd(s, a, dh, dy);
+        for (int j = 0; j < u && !real; j++) { /* a masked row: no gate gradient, dh carried */
+            for (int g = 0; g < gu / u; g++) {
+                a[g * u + j] = 0;
+                if (r)
+                    r[g * u + j] = 0;
             }
-            switch (s->cell) {
-            case DT_NN_CELL_SIMPLE:
-                a[j] = dh1 * dact(s->act, a[j]);
-                dh[j] = 0;
-                break;
-            case DT_NN_CELL_LSTM: {
-                float ai = a[j], af = a[u + j], ac = a[2 * u + j], ao = a[3 * u + j];
-                float i = dt__nn_cell_act(s->rec, ai), f = dt__nn_cell_act(s->rec, af);
-                float cc = dt__nn_cell_act(s->act, ac), o = dt__nn_cell_act(s->rec, ao);
-                float c1 = s->c1[(size_t)b * u + j], c0 = s->c0[(size_t)b * u + j];
-                float dc = s->dc[(size_t)b * u + j] + dh1 * o * dact(s->act, c1);
-                a[j] = dc * cc * dact(s->rec, ai);
-                a[u + j] = dc * c0 * dact(s->rec, af);
-                a[2 * u + j] = dc * i * dact(s->act, ac);
-                a[3 * u + j] = dh1 * dt__nn_cell_act(s->act, c1) * dact(s->rec, ao);
-                s->dc[(size_t)b * u + j] = dc * f;
-                dh[j] = 0;
-                break;
-            }
-            case DT_NN_CELL_GRU: {
-                float az = a[j], z = dt__nn_cell_act(s->rec, az);
-                if (s->reset_after) {
-                    float ar = a[u + j], rr = dt__nn_cell_act(s->rec, ar);
-                    float ah = a[2 * u + j] + rr * q[j], hh = dt__nn_cell_act(s->act, ah);
-                    float dah = dh1 * (1 - z) * dact(s->act, ah);
-                    a[j] = r[j] = dh1 * (h0[j] - hh) * dact(s->rec, az);
-                    a[u + j] = r[u + j] = dah * q[j] * dact(s->rec, ar);
-                    a[2 * u + j] = dah;
-                    r[2 * u + j] = dah * rr;
-                } else { /* phase 1: the update gate and the candidate */
-                    float ah = a[2 * u + j], hh = dt__nn_cell_act(s->act, ah);
-                    a[j] = dh1 * (h0[j] - hh) * dact(s->rec, az);
-                    a[2 * u + j] = dh1 * (1 - z) * dact(s->act, ah);
-                }
-                dh[j] = dh1 * z;
-                break;
-            }
-            }
+            dh[j] += dy ? dy[j] : 0.0f;
         }
     }
 }

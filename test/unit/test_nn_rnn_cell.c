@@ -3,7 +3,7 @@
  * kernel works in blocks of 64, so two whole blocks and a remainder), pre-activations from -40 to
  * 40 (the vectorised exp clamps its argument; tanh switches formula at |x| = 0.625), the activation
  * pairs Keras uses (tanh/sigmoid, tanh/both hard_sigmoids, relu/sigmoid), a masked row in between,
- * and a NaN that must stay a NaN. */
+ * and a NaN that must stay a NaN; SimpleRNN and the GRU without reset_after likewise. */
 #include "dt_test.h"
 #include "nn/ops.h"
 
@@ -259,4 +259,121 @@ DT_TEST(nn_rnn_cell_lstm_kernel_vs_float64)
     check(DT_NN_CACT_TANH, DT_NN_CACT_SIGMOID, 1);
     check(DT_NN_CACT_TANH, DT_NN_CACT_HARD_SIGMOID2, 2);
     check(DT_NN_CACT_RELU, DT_NN_CACT_SIGMOID, 3);
+}
+
+/* SimpleRNN (h1 = act(a + r)) and the GRU without reset_after (Keras 2's default; phase 0 gives
+ * q = rec(a_r + r_r) h0, the layer then writes r_h, phase 1 gives h1), vectorised like the LSTM:
+ * forward and backward of one step against float64, a masked row between two real ones. */
+static void check_simple_gru2(dt_nn_cell cell, dt_nn_cell_act act, dt_nn_cell_act rec,
+                              unsigned seed)
+{
+    const dt_nn_ops *o = dt_nn_ops_cpu();
+    enum { GG = 3 * U_ };
+    int gates = cell == DT_NN_CELL_GRU ? 3 : 1, gu = gates * U_;
+    static float a[N_ * GG], a0[N_ * GG], r[N_ * GG], q[N_ * U_], h0[N_ * U_], h1[N_ * U_],
+        y[N_ * U_], dy[N_ * U_], dh[N_ * U_], dh0[N_ * U_], dq[N_ * U_], pre[N_ * GG];
+    float mask[N_] = {1, 0, 1};
+    for (int k = 0; k < N_ * gu; k++) {
+        float w = k / gu == 2 ? 40.0f : 6.0f;
+        a[k] = a0[k] = uni(&seed, -w, w);
+        r[k] = uni(&seed, -1, 1);
+    }
+    for (int k = 0; k < N_ * U_; k++) {
+        h0[k] = uni(&seed, -1, 1);
+        dy[k] = uni(&seed, -1, 1);
+        dh[k] = dh0[k] = uni(&seed, -1, 1);
+        dq[k] = uni(&seed, -1, 1);
+        q[k] = -7; /* phase 0 writes it on every row */
+    }
+    a[7] = a0[7] = 1e-4f; /* tanh's polynomial branch */
+    dt_nn_rnn_step st = {.cell = cell,
+                         .n = N_,
+                         .u = U_,
+                         .act = act,
+                         .rec = rec,
+                         .zero_masked = true,
+                         .mask = mask,
+                         .ldm = 1,
+                         .a = a,
+                         .lda = gu,
+                         .r = r,
+                         .q = cell == DT_NN_CELL_GRU ? q : NULL,
+                         .h0 = h0,
+                         .h1 = h1,
+                         .y = y,
+                         .ldy = U_};
+    o->rnn_fwd(&st); /* SimpleRNN: the step; GRU: phase 0 */
+    if (cell == DT_NN_CELL_GRU) {
+        for (int k = 0; k < N_ * U_; k++) {
+            int b = k / U_, j = k % U_;
+            double ar = (double)a0[b * gu + U_ + j] + r[b * gu + U_ + j];
+            near(q[k], mask[b] ? ract(rec, ar) * h0[k] : 0.0, 1e-6, "q", b, j);
+        }
+        st.phase = 1;
+        o->rnn_fwd(&st);
+    }
+    for (int b = 0; b < N_; b++)
+        for (int j = 0; j < U_; j++) {
+            size_t k = (size_t)b * U_ + j, i = (size_t)b * gu + j;
+            if (!mask[b]) {
+                ASSERT_TRUE(h1[k] == h0[k] && y[k] == 0.0f);
+                continue;
+            }
+            double want, hh = 0;
+            if (cell == DT_NN_CELL_SIMPLE) {
+                want = ract(act, (double)a0[i] + r[i]);
+            } else {
+                double z = ract(rec, (double)a0[i] + r[i]);
+                hh = ract(act, (double)a0[i + 2 * U_] + r[i + 2 * U_]);
+                want = z * h0[k] + (1 - z) * hh;
+            }
+            /* 1 - z in float loses z's rounding (6e-8 near 1) relative to a relu's large hh */
+            near(h1[k], want, 1e-6 + 1.2e-7 * fabs(hh) / (1 + fabs(want)), "h1", b, j);
+            ASSERT_TRUE(y[k] == h1[k]);
+        }
+    memcpy(pre, a, sizeof pre);
+    st.dy = dy;
+    st.dh = dh;
+    st.dq = dq;
+    o->rnn_bwd(&st); /* SimpleRNN: the step; GRU: phase 1, then phase 0 */
+    if (cell == DT_NN_CELL_GRU) {
+        st.phase = 0;
+        o->rnn_bwd(&st);
+    }
+    for (int b = 0; b < N_; b++)
+        for (int j = 0; j < U_; j++) {
+            size_t k = (size_t)b * U_ + j, i = (size_t)b * gu + j;
+            if (!mask[b]) {
+                for (int g = 0; g < gates; g++)
+                    ASSERT_TRUE(a[i + g * U_] == 0.0f);
+                ASSERT_TRUE(dh[k] == dh0[k]); /* zero_masked: no dy */
+                continue;
+            }
+            double dh1 = (double)dh0[k] + dy[k];
+            if (cell == DT_NN_CELL_SIMPLE) {
+                near(a[i], dh1 * rdact(act, pre[i]), 2e-6, "d a", b, j);
+                ASSERT_TRUE(dh[k] == 0.0f);
+                continue;
+            }
+            double az = pre[i], ar = pre[i + U_], ah = pre[i + 2 * U_];
+            double z = ract(rec, az), hh = ract(act, ah);
+            near(a[i], dh1 * (h0[k] - hh) * rdact(rec, az), 2e-6, "d a_z", b, j);
+            near(a[i + U_], (double)dq[k] * h0[k] * rdact(rec, ar), 2e-6, "d a_r", b, j);
+            near(a[i + 2 * U_], dh1 * (1 - z) * rdact(act, ah), 2e-6, "d a_h", b, j);
+            near(dh[k], dh1 * z + (double)dq[k] * ract(rec, ar), 2e-6, "dh", b, j);
+        }
+}
+
+DT_TEST(nn_rnn_cell_simple_kernel_vs_float64)
+{
+    check_simple_gru2(DT_NN_CELL_SIMPLE, DT_NN_CACT_TANH, DT_NN_CACT_SIGMOID, 7);
+    check_simple_gru2(DT_NN_CELL_SIMPLE, DT_NN_CACT_SIGMOID, DT_NN_CACT_SIGMOID, 8);
+    check_simple_gru2(DT_NN_CELL_SIMPLE, DT_NN_CACT_RELU, DT_NN_CACT_SIGMOID, 9);
+}
+
+DT_TEST(nn_rnn_cell_gru_reset_before_kernel_vs_float64)
+{
+    check_simple_gru2(DT_NN_CELL_GRU, DT_NN_CACT_TANH, DT_NN_CACT_SIGMOID, 10);
+    check_simple_gru2(DT_NN_CELL_GRU, DT_NN_CACT_TANH, DT_NN_CACT_HARD_SIGMOID2, 11);
+    check_simple_gru2(DT_NN_CELL_GRU, DT_NN_CACT_RELU, DT_NN_CACT_SIGMOID, 12);
 }
