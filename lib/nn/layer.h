@@ -207,6 +207,13 @@ struct dt__nn_layer {
      * tensor forward and three passes backward. */
     float bn_relu;
     bool relu_in_bn;
+    /* A 1x1 Conv2D (no bias, activation or groups) whose only consumer is a
+     * BatchNormalization: in training, with the table's gemm_bn_fwd, the conv runs the batch
+     * norm's forward (bn_consumer: its index, else 0) in blocks of rows, summing its statistics
+     * while each block of the conv's output is in cache; the batch norm's forward then does
+     * nothing (bn_by_producer). Saves a read of the tensor. */
+    int bn_consumer;
+    bool bn_by_producer;
     /* A ZeroPadding2D whose only consumer is a valid DepthwiseConv2D (depth_multiplier 1;
      * MobileNet's stride-2 blocks) becomes an alias of its input that does nothing
      * (pad_in_conv): the conv's window takes the frame as its padding, whose taps it skips.
@@ -269,6 +276,15 @@ static inline float *dt__nn_pre(dt__nn_layer *l)
     return l->z ? l->z : l->y;
 }
 void dt__nn_act_out(dt__nn_layer *l, dt__nn_ctx *c, size_t rows, int cols);
+/* Whether producer p runs its batch norm consumer's forward in this pass (see bn_consumer). */
+static inline bool dt__nn_bn_by_producer(const dt__nn_layer *p, const dt__nn_ctx *c)
+{
+    return p->bn_consumer > 0 && c->training && c->ops->gemm_bn_fwd;
+}
+/* The forward of batch norm bn (a 1x1 conv's consumer) with the conv: z (rows, n) = x (rows, k)
+ * w (k, n) and bn's output from it, through the table's gemm_bn_fwd. */
+void dt__nn_bn_gemm_fwd(dt__nn_layer *bn, dt__nn_ctx *c, int rows, int k, const float *x,
+                        const float *w, float *z);
 void dt__nn_act_grad(dt__nn_layer *l, dt__nn_ctx *c, size_t rows, int cols);
 
 /* Adds weight `var` of shape to l (build time). */

@@ -312,6 +312,11 @@ static void conv_forward(dt__nn_layer *l, dt__nn_ctx *c)
         return;
     }
     l->win.n = c->n;
+    if (dt__nn_bn_by_producer(l, c)) { /* a 1x1 conv: x is the GEMM's left operand */
+        dt__nn_bn_gemm_fwd(&c->layers[l->bn_consumer], c, c->n * l->win.oh * l->win.ow, l->win.c,
+                           dt__nn_x(c, l, 0), l->w[0].data, l->y);
+        return;
+    }
     conv_geo g = geo(l, c);
     for (int s0 = 0; s0 < c->n; s0 += g.chunk)
         conv_forward_chunk(l, c, &g, s0, c->n - s0 < g.chunk ? c->n - s0 : g.chunk);

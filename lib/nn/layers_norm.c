@@ -136,8 +136,20 @@ static dt__nn_weight *bn_w(dt__nn_layer *l, const char *var)
     return NULL;
 }
 
+void dt__nn_bn_gemm_fwd(dt__nn_layer *bn, dt__nn_ctx *c, int rows, int k, const float *x,
+                        const float *w, float *z)
+{
+    int ch = bn->out.d[bn->out.rank - 1];
+    dt__nn_weight *g = bn_w(bn, "gamma"), *b = bn_w(bn, "beta");
+    c->ops->gemm_bn_fwd(c->ops, rows, ch, k, x, w, z, bn->y, g ? g->data : NULL, b ? b->data : NULL,
+                        bn_w(bn, "moving_mean")->data, bn_w(bn, "moving_variance")->data,
+                        bn->momentum, bn->eps, bn->stat, bn->stat + ch, bn->bn_relu);
+}
+
 static void bn_forward(dt__nn_layer *l, dt__nn_ctx *c)
 {
+    if (l->bn_by_producer && dt__nn_bn_by_producer(&c->layers[l->in[0]], c))
+        return;
     int ch = l->out.d[l->out.rank - 1];
     dt__nn_weight *g = bn_w(l, "gamma"), *b = bn_w(l, "beta");
     c->ops->bn_fwd(c->training, dt__nn_x(c, l, 0), l->y, rows_of(l, c), ch, g ? g->data : NULL,

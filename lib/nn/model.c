@@ -310,6 +310,29 @@ static void fuse_bn_relu(dt__nn_graph *g)
     }
 }
 
+/* A 1x1 Conv2D (stride 1, no bias, linear, not grouped, not pooled) -> BatchNormalization (its
+ * only consumer, no mask): the conv runs the batch norm's training forward (bn_consumer). */
+static void fuse_conv_bn(dt__nn_graph *g)
+{
+    for (int i = 1; i < g->n; i++) {
+        dt__nn_layer *p = &g->layers[i];
+        if (p->vt != &dt__nn_conv2d || p->n_consumers != 1 || i == g->output || p->groups > 1 ||
+            p->use_bias || p->act.kind != DT_NN_ACT_LINEAR || p->pool_consumer > 0 ||
+            p->mask_src >= 0 || p->kh != 1 || p->kw != 1 || p->sh != 1 || p->sw != 1)
+            continue;
+        for (int j = i + 1; j < g->n; j++) {
+            dt__nn_layer *q = &g->layers[j];
+            if (q->n_in != 1 || q->in[0] != i)
+                continue;
+            if (q->vt == &dt__nn_batchnorm) {
+                p->bn_consumer = j;
+                q->bn_by_producer = true;
+            }
+            break;
+        }
+    }
+}
+
 static void mask_propagate(dt__nn_graph *g, dt__nn_layer *l)
 {
     l->mask_src = -1;
@@ -377,6 +400,7 @@ static dt_status build(dt_model *m, uint64_t seed, uint64_t max_bytes, dt_err *e
     fuse_relu_pool(g);
     fuse_bn_relu(g);
     fuse_pad_dw(g);
+    fuse_conv_bn(g);
     const dt_nn_ops *o = m->ops;
     m->n_params = np;
     m->n_state = ns;

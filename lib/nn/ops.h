@@ -379,6 +379,17 @@ typedef struct dt_nn_ops {
     void (*bn_bwd)(const float *dy, const float *x, size_t rows, int cols, const float *gamma,
                    const float *beta, const float *smean, const float *svar, float eps, float *dx,
                    bool acc, float *dgamma, float *dbeta, float relu);
+    /* Optional (NULL: the layers call gemm, then bn_fwd): a 1x1 convolution and the batch norm
+     * that reads it, in training. z (rows, n) = x (rows, k) w (k, n), then bn_fwd(true, z, y,
+     * rows, n, ...). The GEMM runs through o->gemm (the table the layer calls; a wrapper's
+     * hooks see it) in blocks of rows, each block's statistics summed while it is still in
+     * cache. The statistics and y are bn_fwd's bits for that z; z is one GEMM's bits where the
+     * BLAS gives a row its bits whatever rows share the call (OpenBLAS's Haswell kernels with
+     * blocks of a multiple of 24 rows), else within an ulp or two. */
+    void (*gemm_bn_fwd)(const struct dt_nn_ops *o, int rows, int n, int k, const float *x,
+                        const float *w, float *z, float *y, const float *gamma, const float *beta,
+                        float *mmean, float *mvar, float momentum, float eps, float *smean,
+                        float *svar, float relu);
 
     /* Inverted dropout: mask = (u >= rate) / (1 - rate); y = x * mask. */
     void (*dropout_fwd)(const float *x, float *y, float *mask, size_t n, float rate, dt_rng *rng);

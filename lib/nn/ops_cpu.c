@@ -415,45 +415,90 @@ DT_CLONES static void col_affine(const float *restrict x, float *restrict y, siz
     }
 }
 
+/* The rest of a training forward once acc holds col_sums(x, x) over all rows: the batch
+ * statistics, y, and the moving statistics. */
+static void bn_fwd_from_sums(const double *acc, const float *x, float *y, size_t rows, int cols,
+                             const float *gamma, const float *beta, float *mmean, float *mvar,
+                             float momentum, float eps, float *smean, float *svar, float relu)
+{
+    float *f = calloc(3 * (size_t)cols, sizeof(float)); /* inverse deviation, scale, shift */
+    if (!f) /* a few KiB; treat as the broken invariant it is */
+        abort();
+    float *k = f, *ga = f + cols, *be = f + 2 * (size_t)cols;
+    for (int j = 0; j < cols; j++) {
+        double m = acc[j] / (double)rows, v = acc[cols + j] / (double)rows - m * m;
+        smean[j] = (float)m;
+        svar[j] = (float)(v > 0 ? v : 0);
+        k[j] = 1.0f / sqrtf(svar[j] + eps);
+        ga[j] = gamma ? gamma[j] : 1.0f;
+        be[j] = beta ? beta[j] : 0.0f;
+    }
+    col_affine(x, y, rows, cols, smean, k, ga, be, relu);
+    free(f);
+    for (int j = 0; j < cols; j++) {
+        mmean[j] = mmean[j] * momentum + smean[j] * (1.0f - momentum);
+        mvar[j] = mvar[j] * momentum + svar[j] * (1.0f - momentum);
+    }
+}
+
 static void cpu_bn_fwd(bool training, const float *x, float *y, size_t rows, int cols,
                        const float *gamma, const float *beta, float *mmean, float *mvar,
                        float momentum, float eps, float *smean, float *svar, float relu)
 {
-    /* per channel: sums (2 cols, double), then inverse deviation, scale, shift (3 cols) */
-    double *acc = calloc(2 * (size_t)cols, sizeof(double));
-    float *f = malloc(3 * (size_t)cols * sizeof(float));
-    if (!acc || !f) /* a few KiB; treat as the broken invariant it is */
-        abort();
-    float *k = f, *ga = f + cols, *be = f + 2 * (size_t)cols;
-    for (int j = 0; j < cols; j++) {
-        ga[j] = gamma ? gamma[j] : 1.0f;
-        be[j] = beta ? beta[j] : 0.0f;
-    }
     if (!training) {
-        for (int j = 0; j < cols; j++)
+        float *f = calloc(3 * (size_t)cols, sizeof(float)); /* inverse deviation, scale, shift */
+        if (!f)
+            abort();
+        float *k = f, *ga = f + cols, *be = f + 2 * (size_t)cols;
+        for (int j = 0; j < cols; j++) {
             k[j] = 1.0f / sqrtf(mvar[j] + eps);
+            ga[j] = gamma ? gamma[j] : 1.0f;
+            be[j] = beta ? beta[j] : 0.0f;
+        }
         col_affine(x, y, rows, cols, mmean, k, ga, be, relu);
-        free(acc);
         free(f);
         return;
     }
     /* One pass for both moments, in double: E[x^2] - E[x]^2 loses about log10(mean^2 / var)
      * of double's 16 digits, far below float's 7 for any activation batch norm sees, and the
      * tensor (often the step's largest) is read once instead of twice. */
+    double *acc = calloc(2 * (size_t)cols, sizeof(double));
+    if (!acc)
+        abort();
     col_sums(x, x, rows, cols, acc, acc + cols);
-    for (int j = 0; j < cols; j++) {
-        double m = acc[j] / (double)rows, v = acc[cols + j] / (double)rows - m * m;
-        smean[j] = (float)m;
-        svar[j] = (float)(v > 0 ? v : 0);
-        k[j] = 1.0f / sqrtf(svar[j] + eps);
-    }
-    col_affine(x, y, rows, cols, smean, k, ga, be, relu);
+    bn_fwd_from_sums(acc, x, y, rows, cols, gamma, beta, mmean, mvar, momentum, eps, smean, svar,
+                     relu);
     free(acc);
-    free(f);
-    for (int j = 0; j < cols; j++) {
-        mmean[j] = mmean[j] * momentum + smean[j] * (1.0f - momentum);
-        mvar[j] = mvar[j] * momentum + svar[j] * (1.0f - momentum);
+}
+
+/* Rows of z in one GEMM block of the fused 1x1 conv + batch norm: about 128 KiB (32-512 KiB
+ * time the same on MobileNetV2), so col_sums reads the block from L2 right after the GEMM
+ * wrote it, and a multiple of 96 rows: OpenBLAS's Haswell kernels tile a call's rows by 24,
+ * so a block starting on a tile boundary gives every row the bits one call over all rows
+ * gives it. */
+#define BN_GEMM_BLOCK_BYTES (128u << 10)
+
+static void cpu_gemm_bn_fwd(const dt_nn_ops *o, int rows, int n, int k, const float *x,
+                            const float *w, float *z, float *y, const float *gamma,
+                            const float *beta, float *mmean, float *mvar, float momentum, float eps,
+                            float *smean, float *svar, float relu)
+{
+    double *acc = calloc(2 * (size_t)n, sizeof(double));
+    if (!acc)
+        abort();
+    int blk = (int)(BN_GEMM_BLOCK_BYTES / ((size_t)n * sizeof(float))) / 96 * 96;
+    if (blk < 96)
+        blk = 96;
+    /* col_sums adds row after row, so summing block by block gives bn_fwd's sums */
+    for (int r = 0; r < rows; r += blk) {
+        int m = rows - r < blk ? rows - r : blk;
+        float *zr = z + (size_t)r * n;
+        o->gemm(false, false, m, n, k, 1.0f, x + (size_t)r * k, k, w, n, 0.0f, zr, n);
+        col_sums(zr, zr, (size_t)m, n, acc, acc + n);
     }
+    bn_fwd_from_sums(acc, z, y, (size_t)rows, n, gamma, beta, mmean, mvar, momentum, eps, smean,
+                     svar, relu);
+    free(acc);
 }
 
 /* The backward pass does not read a stored xhat: it recomputes xhat[r, j] = (x[r, j] - mu[j])
@@ -673,6 +718,7 @@ static const dt_nn_ops cpu_ops = {
     .pool_bwd = dt__nn_cpu_pool_bwd,
     .bn_fwd = cpu_bn_fwd,
     .bn_bwd = cpu_bn_bwd,
+    .gemm_bn_fwd = cpu_gemm_bn_fwd,
     .dropout_fwd = cpu_dropout_fwd,
     .dropout_fwd_key = cpu_dropout_fwd_key,
     .axpby = cpu_axpby,
