@@ -26,10 +26,13 @@
 #else
 #define VEC_CLONES
 #endif
+
+/* Everything a row kernel calls is forced inline: an out-of-line exp1 is a scalar call per
+ * element (the clones' loops stop vectorising), 5x slower. */
 #define INLINE static inline __attribute__((always_inline))
 
 /* c ? a : b with bit masks: no branch, so the loops around it vectorise (SSE2 has no blend). */
-static inline float sel(bool c, float a, float b)
+INLINE float sel(bool c, float a, float b)
 {
     uint32_t m = c ? 0xffffffffu : 0u, ab, bb;
     memcpy(&ab, &a, sizeof ab);
@@ -41,7 +44,7 @@ static inline float sel(bool c, float a, float b)
 
 /* exp(x) for x clamped to [-87.3, 88.3] (no overflow, no denormal results); NaN in, NaN out, so
  * a diverged model still shows NaN losses. Inlined into the loops below, which vectorise it. */
-static inline float exp1(float x)
+INLINE float exp1(float x)
 {
     float v = sel(x < -87.3f, -87.3f, x);
     v = sel(v > 88.3f, 88.3f, v);
