@@ -61,7 +61,7 @@ struct dt_model {
     uint64_t gen;
     bool fed;
     double fed_count;
-    int drops, drops_last, fed_keys;
+    int fed_n, drops, drops_last, fed_keys;
     gblock_t *gblock, gblock_host;
     char broken[160];
     /* The step block (device memory): [0] the loss sum, [1] the accuracy hits, then one double
@@ -1118,12 +1118,17 @@ dt_status dt_model_train_begin(dt_model *m, const dt_loss *loss, const dt_model_
     dt_status st = train_begin(m, loss, b, global_batch, err);
     if (st == DT_OK || m->drops > 0) /* the forward ran: its dropout calls were counted */
         m->drops_last = m->drops;
-    m->fed = false;
+    /* A fed step stays fed until its end: a capture that failed runs its begin again, eagerly,
+     * from the same feed (the keys it drew). Without an end to come, the next step feeds
+     * itself. */
+    if (st != DT_OK)
+        m->fed = false;
     return st;
 }
 
 dt_status dt_model_train_end(dt_model *m, dt_step_stats *stats, dt_err *err)
 {
+    m->fed = false;
     return finish(m, stats, true, err);
 }
 
@@ -1133,6 +1138,7 @@ dt_status dt_model_train_step(dt_model *m, const dt_loss *loss, const dt_model_b
     DT_TRY(dt_model_train_begin(m, loss, b, global_batch, err));
     return dt_model_train_end(m, stats, err);
 }
+
 /* --- CUDA graphs of the training step ------------------------------------------------------- */
 
 bool dt_model_graph_fit(const dt_model *m, char *why, size_t n)
@@ -1202,6 +1208,7 @@ dt_status dt_model_graph_feed(dt_model *m, const dt_loss *loss, const dt_model_b
     m->ops->upload(m->gblock, &m->gblock_host,
                    offsetof(gblock_t, keys) + (size_t)m->drops_last * sizeof(uint64_t));
     m->fed = true;
+    m->fed_n = b->n;
     m->fed_count = count;
     m->fed_keys = m->drops_last;
     return DT_OK;
@@ -1209,8 +1216,10 @@ dt_status dt_model_graph_feed(dt_model *m, const dt_loss *loss, const dt_model_b
 
 void dt_model_graph_replayed(dt_model *m)
 {
+    /* what the captured step's begin left for its end, for this step's */
+    m->step_n = m->fed_n;
+    m->step_count = m->fed_count;
     m->drops = m->drops_last = m->fed_keys;
-    m->fed = false;
 }
 
 dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_err *err)

@@ -225,8 +225,9 @@ void dt_model_adapt_end(dt_model *m, dt_model_adapt *a);
  * dt_model_graph_feed does the host half of a step ahead of it (checks the batch, uploads it,
  * and fills the model's step block: the loss's scale and hinge flag, one dropout key per
  * dropout call of the last step, drawn from the model's rng in call order); the next
- * dt_model_train_step then uploads nothing and its kernels read those values (capture it), or
- * a replay of a captured step runs instead and dt_model_graph_replayed records that it did.
+ * dt_model_train_begin (or _step) then uploads nothing and its kernels read those values
+ * (capture it), or a replay of a captured begin runs instead and dt_model_graph_replayed
+ * records that it did; dt_model_train_end ends either.
  * A fed step and a plain one give the same bits. Feed only a batch size that had a plain
  * step (which allocates its buffers); a graph holds buffer addresses, valid while
  * dt_model_graph_gen stays the same (a larger batch reallocates them).

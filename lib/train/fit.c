@@ -89,6 +89,7 @@ struct dt_trainer {
     double epsum[3];
     bool epsum_restored;
     double resume_lr; /* a resumed checkpoint's learning rate (ReduceLROnPlateau), else NaN */
+    dt__train_graphs graphs; /* CUDA graphs of the step (graph.c), set up by fit */
 };
 
 /* --------------------------------------------------------------------------- liveness -- */
@@ -409,6 +410,7 @@ void dt_train_free(dt_trainer *t)
     dt_dataset_free(t->train);
     dt_dataset_free(t->val);
     dt_data_spec_destroy(&t->ds);
+    dt__train_graphs_free(&t->graphs, t->m);
     if (t->tail)
         dt_model_ops(t->m)->host_free(t->tail);
     if (t->hg)
@@ -752,11 +754,16 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
         /* The model scales by 1/global batch; global_n is the step's true count on all replicas,
          * so short last steps average over what they really hold. */
         dt_model_keep_predictions(t->m, t->nms > 0);
-        DT_TRY(dt_model_train_begin(t->m, &t->loss, &mb, (int)b->global_n, err));
-        if (!distributed(c) && t->hook_st == DT_OK) {
-            DT_TRY(dt_optim_step(t->opt, err));
+        if (!distributed(c)) {
+            /* the whole step on this thread's device: eager, captured or replayed (graph.c);
+             * only full batches are graphed, an epoch's short last one runs eagerly */
+            bool full = b->n == dt_pipeline_local_batch(t->p) &&
+                        b->global_n == (int64_t)t->spec->batch_size;
+            DT_TRY(dt__train_graph_step(&t->graphs, t->m, t->opt, &t->loss, &mb, (int)b->global_n,
+                                        full, err));
             updated = true;
-        } else if (distributed(c)) {
+        } else {
+            DT_TRY(dt_model_train_begin(t->m, &t->loss, &mb, (int)b->global_n, err));
             const dt_nn_ops *ops = dt_model_ops(t->m);
             ops->download_async(t->tail, state, ns * sizeof(float));
             if (t->nwire < t->nbuckets) {
@@ -1101,6 +1108,14 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     const dt_train_progress *pg = &t->opts.progress;
     position pos;
     DT_TRY(sync_start(t, c, &pos, err));
+    /* Replicas that reduce through the comm table run host code between the step's kernels
+     * (the host ring's downloads and calls; NCCL on the comm's own thread): they stay eager. */
+    dt__train_graphs_free(&t->graphs, t->m);
+    dt__train_graphs_init(&t->graphs, t->m,
+                          t->opts.no_graphs ? "the fit's no_graphs option"
+                          : distributed(c)
+                              ? "several replicas reduce through the comm table between kernels"
+                              : NULL);
     res->resumed = pos.resumed != 0;
     res->resumed_step = pos.global_step;
     if (pos.resumed && pg->resumed)
@@ -1334,6 +1349,10 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     }
     res->global_step = pos.global_step;
     res->learning_rate = dt_optim_learning_rate(t->opt);
+    res->steps_eager = t->graphs.eager;
+    res->graphs_captured = t->graphs.captured;
+    res->steps_graphed = t->graphs.replayed;
+    snprintf(res->graphs_off, sizeof res->graphs_off, "%s", t->graphs.on ? "" : t->graphs.why);
     /* Keras's fit() ends with finalize_variable_values: use_ema's average becomes the weights
      * (on every replica, after the last checkpoint, which keeps the raw weights to resume). */
     dt_optim_finalize(t->opt);

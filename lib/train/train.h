@@ -211,6 +211,10 @@ typedef struct dt_train_opts {
     /* The job's run folder in $.tensorboard.log_dir ("fmnist-3"): events go to
      * log_dir/run/train and log_dir/run/validation; NULL: log_dir/train and log_dir/validation. */
     const char *tb_run;
+    /* true: no CUDA graphs (as DTRAIN_GRAPHS=0). On a device backend a one-replica fit captures
+     * its step (forward, loss, backward, update) after the first step of a batch size and
+     * replays it; short batches run eagerly; see lib/train/graph.c. */
+    bool no_graphs;
 } dt_train_opts;
 
 typedef struct dt_train_result {
@@ -231,6 +235,10 @@ typedef struct dt_train_result {
     int stopped_epoch;
     char stop_reason[256];
     double learning_rate; /* the optimizer's rate at the end (ReduceLROnPlateau may lower it) */
+    /* Training steps run eagerly, captured into a CUDA graph, and launched as one (a captured
+     * step is launched too), and why graphs were off ("" when on). */
+    int64_t steps_eager, graphs_captured, steps_graphed;
+    char graphs_off[256];
 } dt_train_result;
 
 typedef struct dt_trainer dt_trainer;

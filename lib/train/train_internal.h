@@ -22,6 +22,34 @@ dt_status dt__train_mem_check(const dt_train_mem *m, dt_err *err);
 dt_status dt__train_mem_reserve(uint64_t bytes, dt_err *err);
 void dt__train_mem_release(uint64_t bytes);
 
+/* graph.c: CUDA graphs of fit's step, one per batch size (and with or without sample
+ * weights), DT__TRAIN_GRAPHS at most. Used only where one replica's step runs on this thread's
+ * device without collectives in it. */
+#define DT__TRAIN_GRAPHS 4
+typedef struct dt__train_graph {
+    int n;
+    bool weighted;
+    void *graph; /* NULL until captured */
+} dt__train_graph;
+typedef struct dt__train_graphs {
+    bool on;
+    char why[256]; /* why not on */
+    uint64_t gen;  /* dt_model_graph_gen the graphs hold */
+    dt__train_graph s[DT__TRAIN_GRAPHS];
+    int n;
+    int64_t eager, captured, replayed; /* steps of each kind */
+} dt__train_graphs;
+/* off (why the caller wants none; NULL: it does), DTRAIN_GRAPHS=0 or a model that cannot be
+ * graphed (dt_model_graph_fit) leaves them off, with why. */
+void dt__train_graphs_init(dt__train_graphs *gs, dt_model *m, const char *off);
+void dt__train_graphs_free(dt__train_graphs *gs, dt_model *m);
+/* Queues one step (forward, loss, backward, the optimizer's update) of b: eagerly (graphs off,
+ * a batch that is not full, the first of its size), by capturing it into a graph and launching
+ * that, or by launching the graph of its size. The caller then ends the step
+ * (dt_model_train_end). */
+dt_status dt__train_graph_step(dt__train_graphs *gs, dt_model *m, dt_optim *o, const dt_loss *loss,
+                               const dt_model_batch *b, int global_batch, bool full, dt_err *err);
+
 /* Builds the spec's model (seeded), its loss and (if cfg is not NULL) the optimizer config.
  * Errors name $.model / $.compile.*. */
 dt_status dt__train_build(const dt_jobspec *spec, const dt_nn_ops *ops, uint64_t seed, dt_model **m,

@@ -7,8 +7,19 @@
  * - What CUDA refuses inside a capture fails it, with a message naming the call: an allocation,
  *   a download (a synchronisation), an upload from pageable memory, sync; the thread works
  *   normally afterwards. Another thread may allocate while one captures (thread-local mode).
- * - A scratch buffer a graph reads survives the scratch growing after the capture. */
+ * - NCCL: two members' graphs each hold an all-reduce, and their replays meet.
+ * - fit (lib/train/graph.c): a one-replica fit on the device captures its step after the first
+ *   and replays it; the weights equal those of the same fit with graphs off bit for bit and
+ *   the CPU's within 1e-4 (relative L2): the BatchNormalization + Dropout CNN under Adam with
+ *   an ExponentialDecay schedule, and an LSTM with dropout under Nadam; the short last batch
+ *   runs eagerly; DTRAIN_GRAPHS=0 runs all eagerly with the same bits; a second batch size gets
+ *   a graph of its own (and replayed steps report their own loss, ignore_class's count
+ *   included); a step that cannot be captured turns graphs off and runs eagerly, same bits. */
+#include "nn/optim.h"
 #include "test_gpu_util.h"
+#include "test_nn_util.h"
+#include "test_train_util.h"
+#include "train/train_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -326,4 +337,247 @@ DT_TEST(gpu_graph_records_nccl_all_reduce)
     free(x);
     free(a);
     dt_nn_gpu_clique_free(c);
+}
+
+/* --- fit ----------------------------------------------------------------------------------------
+ */
+
+#define CNN_BN_DROP                                                                                \
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"cnn\", \"layers\": ["               \
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8, 8, 1], "       \
+    "\"name\": \"in\"}}, "                                                                         \
+    "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"conv\", \"filters\": 4, "               \
+    "\"kernel_size\": [3, 3], \"use_bias\": false}}, "                                             \
+    "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"bn\"}}, "                   \
+    "{\"class_name\": \"ReLU\", \"config\": {\"name\": \"relu\"}}, "                               \
+    "{\"class_name\": \"MaxPooling2D\", \"config\": {\"name\": \"pool\"}}, "                       \
+    "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"flat\"}}, "                            \
+    "{\"class_name\": \"Dropout\", \"config\": {\"name\": \"drop\", \"rate\": 0.3}}, "             \
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 4}}]}}"
+#define LSTM_DROP                                                                                  \
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"rnn\", \"layers\": ["               \
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8, 8, 1], "       \
+    "\"name\": \"in\"}}, "                                                                         \
+    "{\"class_name\": \"Reshape\", \"config\": {\"name\": \"seq\", \"target_shape\": [8, 8]}}, "   \
+    "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"lstm\", \"units\": 8, \"dropout\": "      \
+    "0.2}}, "                                                                                      \
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 4}}]}}"
+#define ADAM_DECAY                                                                                 \
+    "{\"class_name\": \"Adam\", \"config\": {\"learning_rate\": {\"class_name\": "                 \
+    "\"ExponentialDecay\", \"config\": {\"initial_learning_rate\": 0.01, \"decay_steps\": 5, "     \
+    "\"decay_rate\": 0.5}}}}"
+#define NADAM "{\"class_name\": \"Nadam\", \"config\": {\"learning_rate\": 0.005}}"
+
+typedef struct fit_out {
+    float *w; /* params + state */
+    size_t n;
+    dt_train_result r;
+} fit_out;
+
+/* One epoch of 20 full batches of 8 and a short one of 4 (164 examples) on ops. */
+static fit_out one_fit(const char *model, const char *optim, const dt_nn_ops *ops, bool no_graphs)
+{
+    dt_jobspec spec;
+    tt_parse(tt_spec_model(model, 1, 8, optim, ""), &spec);
+    dt_train_opts o = dt_train_opts_default();
+    o.ops = ops;
+    o.no_graphs = no_graphs;
+    dt_trainer *t = NULL;
+    dt_err err = {0};
+    ASSERT_OK(dt_train_new(&spec, &o, &t, &err), &err);
+    dt_train_comm c = {.rank = 0, .world = 1};
+    fit_out f;
+    memset(&f, 0, sizeof f);
+    ASSERT_OK(dt_train_fit(t, &c, &f.r, &err), &err);
+    ASSERT_EQ(f.r.global_step, 21);
+    dt_model *m = dt_train_model(t);
+    size_t np, ns;
+    dt_model_params(m, &np);
+    dt_model_state(m, &ns);
+    f.n = np + ns;
+    f.w = malloc(sizeof(float) * (f.n + 1));
+    dt_model_download_all(m, f.w);
+    dt_train_free(t);
+    dt_jobspec_destroy(&spec);
+    return f;
+}
+
+/* graphs on (device) = graphs off (device), bit for bit; = the CPU within 1e-4 */
+static void fit_three_ways(const char *model, const char *optim)
+{
+    const dt_nn_ops *g = gpu_ops();
+    tt_setup(164, 16);
+    fit_out on = one_fit(model, optim, g, false);
+    fit_out off = one_fit(model, optim, g, true);
+    fit_out cpu = one_fit(model, optim, dt_nn_ops_cpu(), false);
+    printf("graphs on: %lld eager, %lld captured, %lld graphed (%s); off: %lld eager (%s); "
+           "the CPU: %s\n",
+           (long long)on.r.steps_eager, (long long)on.r.graphs_captured,
+           (long long)on.r.steps_graphed, on.r.graphs_off, (long long)off.r.steps_eager,
+           off.r.graphs_off, cpu.r.graphs_off);
+    /* the first step eager, the second captured then launched with the rest, the short last
+     * one eager */
+    ASSERT_EQ(on.r.graphs_captured, 1);
+    ASSERT_EQ(on.r.steps_graphed, 19);
+    ASSERT_EQ(on.r.steps_eager, 2);
+    ASSERT_STREQ(on.r.graphs_off, "");
+    ASSERT_EQ(off.r.steps_eager, 21);
+    ASSERT_EQ(off.r.steps_graphed, 0);
+    ASSERT_CONTAINS(off.r.graphs_off, "no_graphs");
+    ASSERT_CONTAINS(cpu.r.graphs_off, "runs each kernel when it is called");
+    ASSERT_EQ(on.n, off.n);
+    for (size_t i = 0; i < on.n; i++) {
+        if (memcmp(&on.w[i], &off.w[i], sizeof(float)) != 0)
+            fprintf(stderr, "weight %zu of %zu: %.9g graphed, %.9g eager\n", i, on.n,
+                    (double)on.w[i], (double)off.w[i]);
+        ASSERT_TRUE(memcmp(&on.w[i], &off.w[i], sizeof(float)) == 0);
+    }
+    ASSERT_TRUE(on.r.weights_hash == off.r.weights_hash);
+    ASSERT_TRUE(on.r.loss == off.r.loss);
+    double e = gpu_rel_l2(on.w, cpu.w, on.n);
+    printf("graphed fit against the CPU: relative L2 %.3g over %zu values; loss %.9g vs %.9g\n", e,
+           on.n, on.r.loss, cpu.r.loss);
+    ASSERT_FLE(e, 1e-4);
+    free(on.w);
+    free(off.w);
+    free(cpu.w);
+    dt_nn_gpu_unbind();
+}
+
+DT_TEST_TIMEOUT(gpu_graph_fit_cnn_bn_dropout_adam_decay, 120)
+{
+    fit_three_ways(CNN_BN_DROP, ADAM_DECAY);
+}
+
+DT_TEST_TIMEOUT(gpu_graph_fit_lstm_dropout_nadam, 120)
+{
+    fit_three_ways(LSTM_DROP, NADAM);
+}
+
+DT_TEST_TIMEOUT(gpu_graph_fit_env_off, 120)
+{
+    const dt_nn_ops *g = gpu_ops();
+    tt_setup(164, 16);
+    fit_out on = one_fit(CNN_BN_DROP, ADAM_DECAY, g, false);
+    setenv("DTRAIN_GRAPHS", "0", 1);
+    fit_out env = one_fit(CNN_BN_DROP, ADAM_DECAY, g, false);
+    unsetenv("DTRAIN_GRAPHS");
+    ASSERT_EQ(env.r.steps_eager, 21);
+    ASSERT_EQ(env.r.graphs_captured, 0);
+    ASSERT_CONTAINS(env.r.graphs_off, "DTRAIN_GRAPHS=0");
+    ASSERT_EQ(on.r.graphs_captured, 1);
+    ASSERT_TRUE(memcmp(on.w, env.w, on.n * sizeof(float)) == 0);
+    free(on.w);
+    free(env.w);
+    dt_nn_gpu_unbind();
+}
+
+/* Batch sizes 8, 8, 8, 4, 4, 4, 8 through graph.c: each size's first step eager, its second
+ * captured, later ones replayed (the 4s do not reallocate: 8's buffers hold them); the same bits
+ * as the sequence with graphs off. */
+static dt_model *build_on(const dt_nn_ops *g, const char *json)
+{
+    dt_err err = {0};
+    dt_model *m = NULL;
+    dt_model_opts mo = {.seed = 3, .ops = g};
+    ASSERT_OK(dt_model_from_json(json, strlen(json), &mo, &m, &err), &err);
+    return m;
+}
+
+static float *sizes_run(const dt_nn_ops *g, bool on, dt__train_graphs *gs, double *losses)
+{
+    dt_model *m = build_on(g, CNN_BN_DROP);
+    dt_err err = {0};
+    dt_optim_cfg cfg;
+    cJSON *j = cJSON_Parse(ADAM_DECAY);
+    ASSERT_OK(dt_optim_cfg_from_json(j, &cfg, &err), &err);
+    cJSON_Delete(j);
+    dt_optim *o = NULL;
+    ASSERT_OK(dt_optim_new(&cfg, m, &o, &err), &err);
+    /* ignore_class: each step's mean divides by its own count of rows left */
+    dt_loss loss = {.kind = DT_NN_LOSS_SPARSE_CE,
+                    .from_logits = true,
+                    .has_ignore_class = true,
+                    .ignore_class = 1};
+    dt__train_graphs_init(gs, m, on ? NULL : "off");
+    static const int sizes[] = {8, 8, 8, 4, 4, 4, 8};
+    for (int s = 0; s < 7; s++) {
+        nn_data d = nn_random(m, sizes[s], loss.kind, 50 + (uint64_t)s);
+        dt_model_batch b = nn_batch(&d, loss.kind);
+        ASSERT_OK(dt__train_graph_step(gs, m, o, &loss, &b, 16, true, &err), &err);
+        dt_step_stats st;
+        ASSERT_OK(dt_model_train_end(m, &st, &err), &err);
+        losses[s] = st.loss;
+        nn_data_free(&d);
+    }
+    size_t np, ns;
+    dt_model_params(m, &np);
+    dt_model_state(m, &ns);
+    float *w = malloc(sizeof(float) * (np + ns));
+    dt_model_download_all(m, w);
+    ASSERT_EQ(dt_optim_iterations(o), 7);
+    dt__train_graphs_free(gs, m);
+    dt_optim_free(o);
+    dt_model_free(m);
+    return w;
+}
+
+DT_TEST_TIMEOUT(gpu_graph_second_batch_size_second_graph, 120)
+{
+    const dt_nn_ops *g = gpu_ops();
+    dt__train_graphs on, off;
+    double la[7], lb[7];
+    float *a = sizes_run(g, true, &on, la);
+    float *b = sizes_run(g, false, &off, lb);
+    for (int s = 0; s < 7; s++) {
+        if (la[s] != lb[s])
+            fprintf(stderr, "step %d: loss %.17g graphed, %.17g eager\n", s, la[s], lb[s]);
+        ASSERT_TRUE(memcmp(&la[s], &lb[s], sizeof la[s]) == 0);
+    }
+    printf("sizes 8 8 8 4 4 4 8: %lld eager, %lld captured, %lld graphed\n", (long long)on.eager,
+           (long long)on.captured, (long long)on.replayed);
+    ASSERT_EQ(on.eager, 2);
+    ASSERT_EQ(on.captured, 2);
+    ASSERT_EQ(on.replayed, 5);
+    ASSERT_EQ(off.eager, 7);
+    dt_model *m = build_on(g, CNN_BN_DROP);
+    size_t np, ns;
+    dt_model_params(m, &np);
+    dt_model_state(m, &ns);
+    dt_model_free(m);
+    ASSERT_TRUE(memcmp(a, b, (np + ns) * sizeof(float)) == 0);
+    free(a);
+    free(b);
+    dt_nn_gpu_unbind();
+}
+
+/* A step that cannot be captured (a Normalization with config constants uploads them from
+ * host memory in every forward): the capture fails, graphs go off saying why, and the step runs
+ * eagerly from its fed state: the same bits as a fit without graphs. */
+#define NORM_MODEL                                                                                 \
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"nm\", \"layers\": ["                \
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8, 8, 1], "       \
+    "\"name\": \"in\"}}, "                                                                         \
+    "{\"class_name\": \"Normalization\", \"config\": {\"name\": \"norm\", \"mean\": 0.5, "         \
+    "\"variance\": 0.09}}, "                                                                       \
+    "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"flat\"}}, "                            \
+    "{\"class_name\": \"Dropout\", \"config\": {\"name\": \"drop\", \"rate\": 0.2}}, "             \
+    "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 4}}]}}"
+
+DT_TEST_TIMEOUT(gpu_graph_fit_falls_back_when_capture_fails, 120)
+{
+    const dt_nn_ops *g = gpu_ops();
+    tt_setup(164, 16);
+    fit_out on = one_fit(NORM_MODEL, ADAM_DECAY, g, false);
+    fit_out off = one_fit(NORM_MODEL, ADAM_DECAY, g, true);
+    printf("graphs: %lld eager, %lld captured; off because: %s\n", (long long)on.r.steps_eager,
+           (long long)on.r.graphs_captured, on.r.graphs_off);
+    ASSERT_EQ(on.r.graphs_captured, 0);
+    ASSERT_EQ(on.r.steps_eager, 21);
+    ASSERT_CONTAINS(on.r.graphs_off, "capturing");
+    ASSERT_EQ(on.n, off.n);
+    ASSERT_TRUE(memcmp(on.w, off.w, on.n * sizeof(float)) == 0);
+    free(on.w);
+    free(off.w);
+    dt_nn_gpu_unbind();
 }
