@@ -162,58 +162,98 @@ DT_TEST(gpu_sync_bad_id_after_the_sync)
     dt_model_free(m);
 }
 
-/* Through fit (lib/train) with one replica: compiled metrics (AUC and Precision read the
- * predictions on the host) ride the step's sync, and run_step adds none: one per step. */
-static long fit_marks[64];
-static int fit_nmarks;
-static long (*fit_count)(void);
+/* Through fit (lib/train) with one replica: the CNN with BatchNormalization and Dropout under
+ * clipnorm and class_weight, compiled metrics (AUC and Precision read the predictions on the
+ * host, which ride the step's sync) and validation: run_step adds no sync of its own, one per
+ * step; the losses and metrics equal a CPU fit's. */
+typedef struct fit_log {
+    long (*count)(void);
+    long marks[64];
+    double losses[64];
+    int n;
+} fit_log;
 
 static void on_step(void *ctx, const dt_train_step_info *si)
 {
-    (void)ctx, (void)si;
-    if (fit_nmarks < 64)
-        fit_marks[fit_nmarks++] = fit_count();
+    fit_log *f = ctx;
+    if (f->n < 64) {
+        f->marks[f->n] = f->count ? f->count() : 0;
+        f->losses[f->n++] = si->batch_loss;
+    }
+}
+
+static void fit_once(const dt_jobspec *spec, const dt_nn_ops *ops, fit_log *f, dt_train_result *r)
+{
+    dt_train_opts o = dt_train_opts_default();
+    o.ops = ops;
+    o.progress = (dt_train_progress){.ctx = f, .step_end = on_step};
+    dt_trainer *t = NULL;
+    dt_err err = {0};
+    ASSERT_OK(dt_train_new(spec, &o, &t, &err), &err);
+    dt_train_comm c = {.rank = 0, .world = 1};
+    ASSERT_OK(dt_train_fit(t, &c, r, &err), &err);
+    dt_train_free(t);
 }
 
 DT_TEST_TIMEOUT(gpu_sync_fit_one_replica, 120)
 {
     gpu_ops();
-    fit_count = blocking();
-    if (!fit_count)
+    long (*count)(void) = blocking();
+    if (!count)
         DT_SKIP("not the emulator: no count of host syncs");
-    setenv("DTRAIN_OPS", "/gpu:0", 1);
+    setenv("DTRAIN_OPS", "/gpu:0", 1); /* the trainer thread binds /gpu:0 */
     tt_setup(48, 16);
+    const char *model =
+        nn_seq("8, 8, 1", L("Conv2D", "\"filters\": 4, \"kernel_size\": [3, 3]"),
+               L("BatchNormalization", ""), L("Activation", "\"activation\": \"relu\""),
+               L("MaxPooling2D", "\"pool_size\": [2, 2]"), L("Flatten", ""),
+               L("Dropout", "\"rate\": 0.3"), L("Dense", "\"units\": 4"), NULL);
     char text[20000];
     snprintf(text, sizeof text, "%s",
-             tt_spec_model(TT_MODEL_DROPOUT, 1, 8,
-                           "{\"class_name\": \"SGD\", \"config\": "
-                           "{\"learning_rate\": 0.05, \"clipnorm\": 1.0}}",
+             tt_spec_model(model, 1, 8,
+                           "{\"class_name\": \"SGD\", \"config\": {\"learning_rate\": 0.05, "
+                           "\"clipnorm\": 0.5}}",
                            ""));
-    /* AUC and Precision besides accuracy */
-    char *mt = strstr(text, "\"metrics\": [\"accuracy\"]");
-    ASSERT_TRUE(mt != NULL);
-    char rest[20000];
-    snprintf(rest, sizeof rest, "%s", mt + strlen("\"metrics\": [\"accuracy\"]"));
-    snprintf(mt, sizeof text - (size_t)(mt - text),
-             "\"metrics\": [\"accuracy\", \"AUC\", \"Precision\"]%s", rest);
+    /* AUC and Precision besides accuracy; class_weight in $.fit */
+    const char *edits[][2] = {
+        {"\"metrics\": [\"accuracy\"]", "\"metrics\": [\"accuracy\", \"AUC\", \"Precision\"]"},
+        {"\"batch_size\": 8}", "\"batch_size\": 8, \"class_weight\": {\"0\": 1.5, \"3\": 0.5}}"},
+    };
+    for (size_t e = 0; e < 2; e++) {
+        char *at = strstr(text, edits[e][0]);
+        ASSERT_TRUE(at != NULL);
+        char rest[20000];
+        snprintf(rest, sizeof rest, "%s", at + strlen(edits[e][0]));
+        snprintf(at, sizeof text - (size_t)(at - text), "%s%s", edits[e][1], rest);
+    }
     dt_jobspec spec;
     tt_parse(text, &spec);
-    dt_train_opts o = dt_train_opts_default();
-    o.progress = (dt_train_progress){.step_end = on_step};
-    dt_trainer *t = NULL;
-    dt_err err = {0};
-    ASSERT_OK(dt_train_new(&spec, &o, &t, &err), &err);
-    dt_train_comm c = {.rank = 0, .world = 1};
-    dt_train_result r;
-    ASSERT_OK(dt_train_fit(t, &c, &r, &err), &err);
-    printf("fit: %d steps, host syncs at their ends:", fit_nmarks);
-    for (int i = 0; i < fit_nmarks; i++)
-        printf(" %ld", fit_marks[i]);
+    fit_log fg = {.count = count}, fc = {0};
+    dt_train_result rg, rc;
+    fit_once(&spec, NULL, &fg, &rg);
+    fit_once(&spec, dt_nn_ops_cpu(), &fc, &rc);
+    printf("fit: %d steps, host syncs at their ends:", fg.n);
+    for (int i = 0; i < fg.n; i++)
+        printf(" %ld", fg.marks[i]);
     printf("\n");
-    ASSERT_EQ(fit_nmarks, 6);
-    for (int i = 2; i < fit_nmarks; i++)
-        ASSERT_EQ(fit_marks[i] - fit_marks[i - 1], 1);
-    dt_train_free(t);
+    ASSERT_EQ(fg.n, 6);
+    ASSERT_EQ(fc.n, 6);
+    for (int i = 1; i < fg.n; i++)
+        ASSERT_EQ(fg.marks[i] - fg.marks[i - 1], 1);
+    for (int i = 0; i < fg.n; i++) {
+        printf("step %d: loss %.9g (CPU %.9g)\n", i + 1, fg.losses[i], fc.losses[i]);
+        ASSERT_NEAR(fg.losses[i], fc.losses[i], 1e-5 * fabs(fc.losses[i]));
+    }
+    printf("accuracy %.6g (CPU %.6g), val_loss %.9g (CPU %.9g)\n", rg.accuracy, rc.accuracy,
+           rg.val_loss, rc.val_loss);
+    ASSERT_NEAR(rg.accuracy, rc.accuracy, 1e-9);
+    ASSERT_NEAR(rg.val_loss, rc.val_loss, 1e-5 * fabs(rc.val_loss));
+    ASSERT_EQ(rg.nmetrics, rc.nmetrics);
+    for (int i = 0; i < rg.nmetrics; i++) {
+        printf("%s %.9g (CPU %.9g)\n", rg.metrics[i].name, rg.metrics[i].value,
+               rc.metrics[i].value);
+        ASSERT_NEAR(rg.metrics[i].value, rc.metrics[i].value, 1e-6);
+    }
     dt_jobspec_destroy(&spec);
 }
 
