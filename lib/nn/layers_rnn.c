@@ -20,8 +20,8 @@
  * per direction: the recurrent kernel packed for rnn_gemm as U (u, G u) and U^T (G u, u).
  *
  * Where the backend has rnn_gemm (the CPU's), the per-timestep products h0 U, d(a) U^T and
- * h0^T d(a) run through it with U packed once a pass; else through gemm. GRU's reset_after false
- * takes gemm either way. */
+ * h0^T d(a) (GRU's reset_after false: by gate groups) run through it with U packed once a pass;
+ * else through gemm. */
 #include "nn/layer.h"
 
 #include "core/limits.h"
@@ -563,6 +563,20 @@ static const float *masked_x(dt__nn_layer *l, dt__nn_ctx *c, const dir_bufs *b, 
     return b->xd;
 }
 
+/* c (m, n) = beta c + A B for the per-timestep products: B is (part of) the recurrent kernel,
+ * packed in p where the backend has rnn_gemm (p NULL: b as it is, once), or gate gradients;
+ * without rnn_gemm plain gemm with b (tb: b^T). */
+static void rmul(const dt_nn_ops *o, bool ta, int m, int n, int k, const float *a, int lda,
+                 const float *p, const float *b, bool tb, int ldb, float beta, float *c, int ldc)
+{
+    if (o->rnn_gemm && p)
+        o->rnn_gemm(ta, m, n, k, a, lda, p, 0, beta, c, ldc);
+    else if (o->rnn_gemm && !tb)
+        o->rnn_gemm(ta, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    else
+        dt_nn_gemm(o, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
 static void dir_forward(dt__nn_layer *l, dt__nn_ctx *c, int d, float *out)
 {
     const dt_nn_ops *o = c->ops;
@@ -586,28 +600,30 @@ static void dir_forward(dt__nn_layer *l, dt__nn_ctx *c, int d, float *out)
     o->fill((size_t)n * (size_t)u, 0.0f, b.h);
     if (b.c)
         o->fill((size_t)n * (size_t)u, 0.0f, b.c);
-    bool packed = o->rnn_gemm && !split;
-    if (packed)
-        o->rnn_pack(false, u, gu, w[1].data, gu, b.pu);
+    /* the recurrent kernel packed once for the whole sequence, where the backend packs */
+    const float *U = w[1].data, *pu = NULL, *pu_h = NULL;
+    if (o->rnn_gemm && !split) {
+        o->rnn_pack(false, u, gu, U, gu, b.pu);
+        pu = b.pu;
+    } else if (o->rnn_gemm) { /* U_z,r (u, 2 u) and U_h (u, u) */
+        o->rnn_pack(false, u, 2 * u, U, gu, b.pu);
+        o->rnn_pack(false, u, u, U + 2 * u, gu, b.pu + (size_t)2 * u * u);
+        pu = b.pu;
+        pu_h = b.pu + (size_t)2 * u * u;
+    }
     for (int s = 0; s < T; s++) {
         dt_nn_rnn_step st = step_at(l, c, &b, d, s);
         st.y = out_at(l, d, s, out);
-        if (packed) {
-            o->rnn_gemm(false, n, gu, u, st.h0, u, b.pu, 0, 0.0f, b.r, gu);
-            if (l->rnn_reset_after && l->use_bias)
-                o->bias_add(b.r, w[2].data + gu, (size_t)n, gu);
-            o->rnn_fwd(&st);
-        } else if (!split) {
-            dt_nn_gemm(o, false, false, n, gu, u, 1.0f, st.h0, u, w[1].data, gu, 0.0f, b.r, gu);
+        if (!split) {
+            rmul(o, false, n, gu, u, st.h0, u, pu, U, false, gu, 0.0f, b.r, gu);
             if (l->rnn_reset_after && l->use_bias)
                 o->bias_add(b.r, w[2].data + gu, (size_t)n, gu);
             o->rnn_fwd(&st);
         } else { /* the reset gate scales h0 before its product with the candidate's kernel */
-            dt_nn_gemm(o, false, false, n, 2 * u, u, 1.0f, st.h0, u, w[1].data, gu, 0.0f, b.r, gu);
+            rmul(o, false, n, 2 * u, u, st.h0, u, pu, U, false, gu, 0.0f, b.r, gu);
             st.phase = 0;
             o->rnn_fwd(&st);
-            dt_nn_gemm(o, false, false, n, u, u, 1.0f, st.q, u, w[1].data + 2 * u, gu, 0.0f,
-                       b.r + 2 * u, gu);
+            rmul(o, false, n, u, u, st.q, u, pu_h, U + 2 * u, false, gu, 0.0f, b.r + 2 * u, gu);
             st.phase = 1;
             o->rnn_fwd(&st);
         }
@@ -634,45 +650,43 @@ static void dir_backward(dt__nn_layer *l, dt__nn_ctx *c, int d, const float *dou
         o->fill((size_t)u * (size_t)gu, 0.0f, gr);
     if (ra && gb)
         o->fill((size_t)gu, 0.0f, gb + gu);
-    bool packed = o->rnn_gemm && !split;
-    if (packed)
+    /* U^T packed once for the whole sequence, where the backend packs */
+    const float *put = NULL, *put_h = NULL;
+    if (o->rnn_gemm && !split) {
         o->rnn_pack(true, gu, u, U, gu, b.put);
+        put = b.put;
+    } else if (o->rnn_gemm) { /* U_z,r^T (2 u, u) and U_h^T (u, u) */
+        o->rnn_pack(true, 2 * u, u, U, gu, b.put);
+        o->rnn_pack(true, u, u, U + 2 * u, gu, b.put + (size_t)2 * u * u);
+        put = b.put;
+        put_h = b.put + (size_t)2 * u * u;
+    }
     for (int s = T - 1; s >= 0; s--) {
         dt_nn_rnn_step st = step_at(l, c, &b, d, s);
         st.dy = out_at(l, d, s, (float *)dout);
         st.r = ra ? b.r : NULL;
         int lda = st.lda;
-        if (packed) {
+        if (!split) {
             o->rnn_bwd(&st);
             const float *g = ra ? b.r : st.a; /* the gradient of h0 U (+ recurrent bias) */
             int ldg = ra ? gu : lda;
             if (gr) /* dU += h0^T g */
-                o->rnn_gemm(true, u, gu, n, st.h0, u, g, ldg, 1.0f, gr, gu);
+                rmul(o, true, u, gu, n, st.h0, u, NULL, g, false, ldg, 1.0f, gr, gu);
             if (ra && gb)
                 o->bias_grad(b.r, (size_t)n, gu, gb + gu, true);
-            o->rnn_gemm(false, n, u, gu, g, ldg, b.put, 0, 1.0f, b.dh, u);
-        } else if (!split) {
-            o->rnn_bwd(&st);
-            const float *g = ra ? b.r : st.a; /* the gradient of h0 U (+ recurrent bias) */
-            int ldg = ra ? gu : lda;
-            if (gr)
-                dt_nn_gemm(o, true, false, u, gu, n, 1.0f, st.h0, u, g, ldg, 1.0f, gr, gu);
-            if (ra && gb)
-                o->bias_grad(b.r, (size_t)n, gu, gb + gu, true);
-            dt_nn_gemm(o, false, true, n, u, gu, 1.0f, g, ldg, U, gu, 1.0f, b.dh, u);
+            rmul(o, false, n, u, gu, g, ldg, put, U, true, gu, 1.0f, b.dh, u);
         } else {
             st.phase = 1;
             o->rnn_bwd(&st);
-            dt_nn_gemm(o, false, true, n, u, u, 1.0f, st.a + 2 * u, lda, U + 2 * u, gu, 0.0f, b.dq,
-                       u);
+            rmul(o, false, n, u, u, st.a + 2 * u, lda, put_h, U + 2 * u, true, gu, 0.0f, b.dq, u);
             st.phase = 0;
             o->rnn_bwd(&st);
             if (gr) {
-                dt_nn_gemm(o, true, false, u, 2 * u, n, 1.0f, st.h0, u, st.a, lda, 1.0f, gr, gu);
-                dt_nn_gemm(o, true, false, u, u, n, 1.0f, st.q, u, st.a + 2 * u, lda, 1.0f,
-                           gr + 2 * u, gu);
+                rmul(o, true, u, 2 * u, n, st.h0, u, NULL, st.a, false, lda, 1.0f, gr, gu);
+                rmul(o, true, u, u, n, st.q, u, NULL, st.a + 2 * u, false, lda, 1.0f, gr + 2 * u,
+                     gu);
             }
-            dt_nn_gemm(o, false, true, n, u, 2 * u, 1.0f, st.a, lda, U, gu, 1.0f, b.dh, u);
+            rmul(o, false, n, u, 2 * u, st.a, lda, put, U, true, gu, 1.0f, b.dh, u);
         }
     }
     if (w[0].grad && !dropping(l, c)) {
