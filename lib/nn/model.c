@@ -62,7 +62,7 @@ struct dt_model {
     bool fed;
     double fed_count;
     int fed_n, drops, drops_last, fed_keys;
-    gblock_t *gblock, gblock_host;
+    gblock_t *gblock, *gblock_host; /* device; host_alloc (pinned on a GPU) */
     char broken[160];
     /* The step block (device memory): [0] the loss sum, [1] the accuracy hits, then one double
      * per regularised weight in the order the step queued them; the kernels write it and the
@@ -515,6 +515,8 @@ void dt_model_free(dt_model *m)
     dt_nn_free(m->ops, m->grads);
     dt_nn_free(m->ops, m->state);
     dt_nn_free(m->ops, m->gblock);
+    if (m->gblock_host)
+        m->ops->host_free(m->gblock_host);
     free(m->weights);
     for (int i = 0; m->g.layers && i < m->g.n; i++)
         free(m->g.layers[i].cfg_floats);
@@ -1194,18 +1196,22 @@ dt_status dt_model_graph_feed(dt_model *m, const dt_loss *loss, const dt_model_b
                           m->drops_last, DT_MODEL_GRAPH_KEYS);
     if (!m->gblock && !(m->gblock = dt_nn_alloc(m->ops, sizeof *m->gblock)))
         return dt_err_set(err, DT_ENOMEM, "model: out of memory for the step block");
+    /* Pinned on a GPU, so the upload is a plain async copy: the host rewrites it only at the
+     * next feed, after this step's end has synchronised. */
+    if (!m->gblock_host && !(m->gblock_host = m->ops->host_alloc(sizeof *m->gblock_host)))
+        return dt_err_set(err, DT_ENOMEM, "model: out of host memory for the step block");
     dt__nn_layer *in = &m->g.layers[0];
     m->ops->upload(in->y, b->x, (size_t)b->n * dt__nn_shape_size(&in->out) * sizeof(float));
     float scale = 1.0f / (float)global_batch;
     bool pm1;
     double count;
     loss_feed(m, loss, b, &scale, &pm1, &count);
-    m->gblock_host.loss[DT_NN_LOSS_STEP_SCALE] = scale;
-    m->gblock_host.loss[DT_NN_LOSS_STEP_PM1] = pm1 ? 1.0f : 0.0f;
+    m->gblock_host->loss[DT_NN_LOSS_STEP_SCALE] = scale;
+    m->gblock_host->loss[DT_NN_LOSS_STEP_PM1] = pm1 ? 1.0f : 0.0f;
     /* the keys the step's dropout calls draw, in call order (the CPU draws dt_rng_u64 per call) */
     for (int k = 0; k < m->drops_last; k++)
-        m->gblock_host.keys[k] = dt_rng_u64(&m->rng);
-    m->ops->upload(m->gblock, &m->gblock_host,
+        m->gblock_host->keys[k] = dt_rng_u64(&m->rng);
+    m->ops->upload(m->gblock, m->gblock_host,
                    offsetof(gblock_t, keys) + (size_t)m->drops_last * sizeof(uint64_t));
     m->fed = true;
     m->fed_n = b->n;

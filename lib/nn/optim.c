@@ -31,7 +31,7 @@ struct dt_optim {
      * DT_NN_UPD_STEP_FLOATS) uploaded from step_host. */
     dt_nn_update prepared;
     float *step_dev;
-    float step_host[DT_NN_UPD_STEP_FLOATS];
+    float *step_host; /* host_alloc (pinned on a GPU), DT_NN_UPD_STEP_FLOATS */
 };
 
 void dt_optim_defaults(dt_optim_kind kind, dt_optim_cfg *out)
@@ -406,6 +406,8 @@ void dt_optim_free(dt_optim *o)
     for (size_t i = 0; i < o->n_slots; i++)
         dt_nn_free(dt_model_ops(o->m), o->slot[i]);
     dt_nn_free(dt_model_ops(o->m), o->step_dev);
+    if (o->step_host)
+        dt_model_ops(o->m)->host_free(o->step_host);
     dt_nn_free(dt_model_ops(o->m), o->dseg);
     dt_nn_free(dt_model_ops(o->m), o->dsumsq);
     free(o->seg_off);
@@ -534,14 +536,15 @@ dt_status dt_optim_step(dt_optim *o, dt_err *err)
 dt_status dt_optim_prepare(dt_optim *o, dt_err *err)
 {
     const dt_nn_ops *ops = dt_model_ops(o->m);
-    if (!o->step_dev) {
-        o->step_dev = dt_nn_alloc(ops, sizeof o->step_host);
-        if (!o->step_dev)
-            return dt_err_set(err, DT_ENOMEM, "optimizer: out of memory for its step values");
-    }
+    size_t bytes = DT_NN_UPD_STEP_FLOATS * sizeof(float);
+    if (!o->step_dev && !(o->step_dev = dt_nn_alloc(ops, bytes)))
+        return dt_err_set(err, DT_ENOMEM, "optimizer: out of memory for its step values");
+    /* pinned on a GPU: rewritten at the next prepare, after this step's end has synchronised */
+    if (!o->step_host && !(o->step_host = ops->host_alloc(bytes)))
+        return dt_err_set(err, DT_ENOMEM, "optimizer: out of host memory for its step values");
     o->prepared = build_update(o);
     dt_nn_update_pack(&o->prepared, o->step_host);
-    ops->upload(o->step_dev, o->step_host, sizeof o->step_host);
+    ops->upload(o->step_dev, o->step_host, bytes);
     o->prepared.step = o->step_dev;
     /* The fields the block replaces are NaN: a kernel that read them instead shows at once. */
     o->prepared.lr = o->prepared.decay = o->prepared.l2 = o->prepared.ema_momentum = NAN;

@@ -47,9 +47,19 @@ void *dt_cu_scratch(size_t bytes)
     dt_cu_ctx *c = &tls_ctx;
     if (bytes <= c->scratch_bytes)
         return c->scratch;
-    if (c->scratch && c->graphs > 0 &&
-        c->n_retired < (int)(sizeof c->retired / sizeof *c->retired)) {
+    if (c->scratch && c->graphs > 0 && c->n_retired == c->cap_retired) {
+        int cap = c->cap_retired ? 2 * c->cap_retired : 8;
+        void **r = (void **)realloc(c->retired, (size_t)cap * sizeof *r);
+        if (r) {
+            c->retired = r;
+            c->cap_retired = cap;
+        }
+    }
+    if (c->scratch && c->graphs > 0 && c->n_retired < c->cap_retired) {
         c->retired[c->n_retired++] = c->scratch; /* a graph's kernels read it */
+    } else if (c->scratch && c->graphs > 0) {
+        dt_cu_fail("scratch", __FILE__, __LINE__, "out of host memory to keep a graph's scratch");
+        return NULL;
     } else if (c->scratch) {
         DT_CU(cudaStreamSynchronize(c->stream)); /* a kernel may still read the old one */
         DT_CU(cudaFree(c->scratch));
@@ -332,6 +342,7 @@ static void unbind(void)
         return;
     cudaStreamSynchronize(c->stream);
     free_retired(c);
+    free(c->retired);
     if (c->blas_ws)
         cudaFree(c->blas_ws);
     if (c->scratch)
@@ -398,15 +409,16 @@ static int sync(char *msg, size_t n)
     X(alloc)                                                                                       \
     X(free)                                                                                        \
     X(upload)                                                                                      \
-    X(download) X(gemm) X(im2col) X(col2im) X(bias_add) X(bias_grad) X(act_fwd) X(act_bwd)         \
-        X(pool_fwd) X(pool_bwd) X(bn_fwd) X(bn_bwd) X(dropout_fwd) X(axpby) X(mul) X(copy)         \
-            X(copy2d) X(fill) X(loss) X(regularize) X(update) X(sumsq) X(img_flip) X(img_adjust)   \
-                X(img_adjust_bwd) X(img_resize) X(img_resize_bwd) X(img_transform)                 \
-                    X(img_transform_bwd) X(dw_fwd) X(dw_bwd) X(max_fwd) X(max_bwd) X(embed_fwd)    \
-                        X(embed_bwd) X(seq_mean) X(seq_mean_bwd) X(ln_fwd) X(ln_bwd) X(attn_mask)  \
-                            X(rnn_fwd) X(rnn_bwd) X(norm_fwd) X(norm_bwd) X(cat_encode)            \
-                                X(host_alloc) X(host_free) X(download_async) X(loss_dev)           \
-                                    X(regularize_dev) X(hits) X(clip_norm)
+    X(download)                                                                                    \
+    X(gemm) X(im2col) X(col2im) X(bias_add) X(bias_grad) X(act_fwd) X(act_bwd) X(pool_fwd)         \
+        X(pool_bwd) X(bn_fwd) X(bn_bwd) X(dropout_fwd) X(axpby) X(mul) X(copy) X(copy2d) X(fill)   \
+            X(loss) X(regularize) X(update) X(sumsq) X(img_flip) X(img_adjust) X(img_adjust_bwd)   \
+                X(img_resize) X(img_resize_bwd) X(img_transform) X(img_transform_bwd) X(dw_fwd)    \
+                    X(dw_bwd) X(max_fwd) X(max_bwd) X(embed_fwd) X(embed_bwd) X(seq_mean)          \
+                        X(seq_mean_bwd) X(ln_fwd) X(ln_bwd) X(attn_mask) X(rnn_fwd) X(rnn_bwd)     \
+                            X(norm_fwd) X(norm_bwd) X(cat_encode) X(host_alloc) X(host_free)       \
+                                X(download_async) X(loss_dev) X(regularize_dev) X(hits)            \
+                                    X(clip_norm)
 
 static dt_nn_ops table;
 static const char *missing[64];

@@ -35,8 +35,8 @@ struct dt_cu_ctx {
      * while any lives is retired (kept until the last graph is freed) instead of freed; and
      * cuBLAS's workspace, set once so that a captured GEMM allocates nothing. */
     int graphs;
-    void *retired[16];
-    int n_retired;
+    void **retired; /* malloc'd, n_retired of cap_retired */
+    int n_retired, cap_retired;
     void *blas_ws;
 };
 
