@@ -284,7 +284,7 @@ static void *member(void *p)
         ok = g->sync(msg, sizeof msg) == 0;
     }
     if (!ok)
-        snprintf(a->msg, sizeof a->msg, "member %d: %s%s", a->m, msg, err.msg);
+        snprintf(a->msg, sizeof a->msg, "member %d: %.500s%.600s", a->m, msg, err.msg);
     g->graph_free(graph);
     g->free(d);
     g->free(q);
