@@ -752,7 +752,7 @@ void dt__nn_drop(dt__nn_ctx *c, const float *x, float *y, float *mask, size_t n,
 
 static dt_status check_batch(dt_model *m, const dt_model_batch *b, const dt_loss *loss, dt_err *err)
 {
-    if (!b || b->n < 1 || !b->x)
+    if (!b || b->n < 1 || (!b->x && !b->x_dev))
         return dt_err_set(err, DT_EINVAL, "model: empty batch");
     int cols = (int)dt_model_output_size(m);
     if (loss->kind == DT_NN_LOSS_SPARSE_CE) {
@@ -779,13 +779,24 @@ static void beat(dt_model *m)
         atomic_store_explicit(m->beat, dt_now_ms(), memory_order_relaxed);
 }
 
-/* Queues the forward. What a layer finds wrong with the batch (an id outside an Embedding's
- * table) is checked at the step's end, after its one sync (checks() below). */
-static void forward(dt_model *m, const float *x, int n, bool training)
+/* The batch's inputs into the input layer's buffer, whose address stays: copied on the device
+ * when the batch is there already (fit's feed), else uploaded. */
+static void put_input(dt_model *m, const float *x, const float *x_dev, int n)
 {
     dt__nn_layer *in = &m->g.layers[0];
-    if (!m->fed) /* else dt_model_graph_feed uploaded it */
-        m->ops->upload(in->y, x, (size_t)n * dt__nn_shape_size(&in->out) * sizeof(float));
+    size_t nx = (size_t)n * dt__nn_shape_size(&in->out);
+    if (x_dev)
+        m->ops->copy(nx, x_dev, in->y, false);
+    else
+        m->ops->upload(in->y, x, nx * sizeof(float));
+}
+
+/* Queues the forward. What a layer finds wrong with the batch (an id outside an Embedding's
+ * table) is checked at the step's end, after its one sync (checks() below). */
+static void forward(dt_model *m, const float *x, const float *x_dev, int n, bool training)
+{
+    if (!m->fed) /* else dt_model_graph_feed put it there */
+        put_input(m, x, x_dev, n);
     dt__nn_ctx c = ctx(m, n, training);
     for (int i = 1; i < m->g.n; i++) {
         dt__nn_layer *l = &m->g.layers[i];
@@ -893,7 +904,11 @@ static void loss_feed(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
     *count = b->n;
     *pm1 = false;
     if (loss->kind == DT_NN_LOSS_SPARSE_CE) {
-        m->ops->upload(m->labels, b->labels, (size_t)b->n * sizeof(int32_t));
+        /* copy moves 32-bit words: the labels' bits pass unchanged */
+        if (b->labels_dev)
+            m->ops->copy((size_t)b->n, (const float *)b->labels_dev, (float *)m->labels, false);
+        else
+            m->ops->upload(m->labels, b->labels, (size_t)b->n * sizeof(int32_t));
         /* Keras masks the ignored rows and divides by the rows left (per replica, as under
          * MirroredStrategy: each replica's mean counts 1/R of the global one). */
         if (loss->has_ignore_class) {
@@ -913,9 +928,14 @@ static void loss_feed(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
         }
         *pm1 = (loss->kind == DT_NN_LOSS_HINGE || loss->kind == DT_NN_LOSS_SQUARED_HINGE) &&
                all_binary(t, nt);
-        m->ops->upload(m->targets, t, nt * sizeof(float));
+        if (b->targets && b->targets_dev)
+            m->ops->copy(nt, b->targets_dev, m->targets, false);
+        else
+            m->ops->upload(m->targets, t, nt * sizeof(float));
     }
-    if (b->sample_weight)
+    if (b->sample_weight && b->sample_weight_dev)
+        m->ops->copy((size_t)b->n, b->sample_weight_dev, m->row_w, false);
+    else if (b->sample_weight)
         m->ops->upload(m->row_w, b->sample_weight, (size_t)b->n * sizeof(float));
     /* what the accuracy reads besides (queue_hits): the targets of a binary output under sparse
      * CE, the labels of a categorical one under another loss */
@@ -1076,7 +1096,7 @@ static dt_status train_begin(dt_model *m, const dt_loss *loss, const dt_model_ba
         return dt_err_set(err, DT_EINVAL, "model: global batch %d is smaller than the batch %d",
                           global_batch, b->n);
     DT_TRY(reserve(m, b->n, err));
-    forward(m, b->x, b->n, true);
+    forward(m, b->x, b->x_dev, b->n, true);
     step_start(m, b->n, compute_loss(m, loss, b, 1.0f / (float)global_batch));
     queue_hits(m, loss, b);
 
@@ -1200,8 +1220,7 @@ dt_status dt_model_graph_feed(dt_model *m, const dt_loss *loss, const dt_model_b
      * next feed, after this step's end has synchronised. */
     if (!m->gblock_host && !(m->gblock_host = m->ops->host_alloc(sizeof *m->gblock_host)))
         return dt_err_set(err, DT_ENOMEM, "model: out of host memory for the step block");
-    dt__nn_layer *in = &m->g.layers[0];
-    m->ops->upload(in->y, b->x, (size_t)b->n * dt__nn_shape_size(&in->out) * sizeof(float));
+    put_input(m, b->x, b->x_dev, b->n);
     float scale = 1.0f / (float)global_batch;
     bool pm1;
     double count;
@@ -1233,7 +1252,7 @@ dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_er
     if (n < 1 || !x)
         return dt_err_set(err, DT_EINVAL, "model: empty batch");
     DT_TRY(reserve(m, n, err));
-    forward(m, x, n, false);
+    forward(m, x, NULL, n, false);
     queue_checks(m);
     dt__nn_layer *o = root(m, &m->g.layers[m->g.output]);
     /* a blocking download: the reports queued before it are in too */
@@ -1251,7 +1270,7 @@ dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_model_bat
 {
     DT_TRY(check_batch(m, b, loss, err));
     DT_TRY(reserve(m, b->n, err));
-    forward(m, b->x, b->n, false);
+    forward(m, b->x, b->x_dev, b->n, false);
     step_start(m, b->n, compute_loss(m, loss, b, 1.0f / (float)b->n));
     queue_hits(m, loss, b);
     for (int i = 1; i < m->g.n; i++)

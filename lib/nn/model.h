@@ -167,6 +167,15 @@ typedef struct dt_model_batch {
      * steps only. */
     const float *sample_weight;
     int n;
+    /* Optional device copies of the same values (fit's feed puts the batch on the device ahead
+     * of its step): where one is set the step copies it device to device instead of uploading
+     * the host field, which must still be given and hold the same values (the host reads it:
+     * label checks, ignore_class counts, accuracy), except x, which may then be NULL. The
+     * compute stream must already be ordered after their writes. */
+    const float *x_dev;
+    const int32_t *labels_dev;
+    const float *targets_dev;
+    const float *sample_weight_dev;
 } dt_model_batch;
 
 typedef struct dt_step_stats {

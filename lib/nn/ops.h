@@ -336,6 +336,27 @@ typedef struct dt_nn_ops {
     int (*graph_launch)(void *graph, char *msg, size_t n);
     void (*graph_free)(void *graph);
 
+    /* Feeding a device (fit's prefetch, lib/train/feed.c). Each may be NULL, and the caller then
+     * falls back: upload_async to upload, the events to nothing (a backend whose uploads finish
+     * before they return needs none). upload_async's sources come from host_alloc (below).
+     * upload_async: dst (device) <- src (pinned host), queued on the thread's copy stream, which
+     * runs beside the kernels. src must not change, and no kernel may read dst, until an event
+     * recorded on the copy stream after it has completed (event_sync) or been waited for by the
+     * compute stream (event_wait), respectively.
+     * Events: event_record(ev, copy) marks the work queued so far on the copy stream (copy) or
+     * the compute stream; event_wait(ev, copy) makes that stream's later work wait for ev;
+     * event_sync blocks the host until ev has completed (at once if never recorded). Errors go
+     * to the thread's sticky error (sync reports them). */
+    void (*upload_async)(void *dst, const void *src, size_t bytes);
+    void *(*event_new)(void);
+    void (*event_free)(void *ev);
+    void (*event_record)(void *ev, bool copy);
+    void (*event_wait)(void *ev, bool copy);
+    void (*event_sync)(void *ev);
+    /* The device's free and total memory in bytes: 0, or -1 when it cannot tell. NULL: the
+     * host's memory (the CPU tables). */
+    int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+
     /* C(m,n) = alpha op(A) op(B) + beta C, row-major; op(A) is (m,k), op(B) is (k,n). */
     void (*gemm)(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                  const float *b, int ldb, float beta, float *c, int ldc);
@@ -406,6 +427,10 @@ typedef struct dt_nn_ops {
      * ldx may be 0: every row of y gets x's one row (SpatialDropout2D spreads its draws). */
     void (*copy2d)(size_t rows, int cols, const float *x, int ldx, float *y, int ldy, bool acc);
     void (*fill)(size_t n, float v, float *y);
+    /* y (n, cols) = the rows rows[0..n) (device int32, each in range) of x: a batch gathered from
+     * a data set kept on the device (fit's feed). Words are moved, not computed, so int32 labels
+     * gather through it bit for bit. NULL: the caller gathers on the host. */
+    void (*gather)(const float *x, const int32_t *rows, int n, size_t cols, float *y);
 
     /* Loss over a batch of rows (n, cols), see dt_nn_loss_p: pred are the model's outputs (logits
      * for the CE family when from_logits), the target is labels (sparse CE, int32 (n), each in

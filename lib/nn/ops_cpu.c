@@ -701,6 +701,13 @@ static void cpu_fill(size_t n, float v, float *y)
         y[i] = v;
 }
 
+static void cpu_gather(const float *x, const int32_t *rows, int n, size_t cols, float *y)
+{
+    /* memcpy moves the words: int32 labels pass bit for bit */
+    for (int i = 0; i < n; i++)
+        memcpy(y + (size_t)i * cols, x + (size_t)rows[i] * cols, cols * sizeof(float));
+}
+
 static const dt_nn_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -724,6 +731,7 @@ static const dt_nn_ops cpu_ops = {
     .axpby = cpu_axpby,
     .mul = cpu_mul,
     .copy = cpu_copy,
+    .gather = cpu_gather,
     .copy2d = cpu_copy2d,
     .fill = cpu_fill,
     .loss = dt__nn_cpu_loss,

@@ -217,6 +217,13 @@ static void g_host_free(void *p)
     free(p);
 }
 
+/* The CPU's uploads end before they return: the async one is the checked upload, and the
+ * events the caller would need are left NULL. */
+static void g_upload_async(void *dst, const void *src, size_t bytes)
+{
+    g_upload(dst, src, bytes);
+}
+
 /* Runs the CPU kernel with the arena open. */
 #define RUN(call)                                                                                  \
     do {                                                                                           \
@@ -329,6 +336,14 @@ static void g_copy(size_t n, const float *x, float *y, bool acc)
 {
     DEV(x), DEV(y);
     RUN(copy(n, x, y, acc));
+}
+
+static void g_gather(const float *x, const int32_t *rows, int n, size_t cols, float *y)
+{
+    if (n <= 0)
+        return;
+    DEV(x), DEV(rows), DEV(y);
+    RUN(gather(x, rows, n, cols, y));
 }
 
 static void g_copy2d(size_t rows, int cols, const float *x, int ldx, float *y, int ldy, bool acc)
@@ -616,6 +631,7 @@ static const dt_nn_ops guard_ops = {
     .free = g_free,
     .upload = g_upload,
     .download = g_download,
+    .upload_async = g_upload_async,
     .sync = g_sync,
     .gemm = g_gemm,
     .im2col = g_im2col,
@@ -633,6 +649,7 @@ static const dt_nn_ops guard_ops = {
     .axpby = g_axpby,
     .mul = g_mul,
     .copy = g_copy,
+    .gather = g_gather,
     .copy2d = g_copy2d,
     .fill = g_fill,
     .loss = g_loss,

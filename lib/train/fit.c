@@ -72,6 +72,10 @@ struct dt_trainer {
 
     dt_tfevents *tb, *tbv; /* TensorBoard's train and validation runs (chief) */
     float *cw;             /* $.fit.class_weight: this batch's sample weights */
+    /* The device feed (feed.c; NULL: batches are uploaded inside their step) and whether the
+     * step in progress should fetch and put the next one. Made by dt_train_fit on its thread. */
+    dt__train_feed *feed;
+    bool feed_ahead;
     /* LearningRateScheduler objects, parsed once */
     dt_optim_schedule lrs[DT_JOBSPEC_MAX_CALLBACKS];
     int cw_cap;
@@ -723,8 +727,32 @@ static const float *class_weights(dt_trainer *t, const dt_batch *b, dt_err *err,
     return t->cw;
 }
 
-static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch *b, sums *step,
-                          bool *stop, dt_err *err)
+/* Puts b (NULL: the data ended, nothing to put) in the feed with its class weights. */
+static dt_status feed_put(dt_trainer *t, const dt_batch *b, dt_err *err)
+{
+    if (!b)
+        return DT_OK;
+    dt_status st;
+    const float *sw = class_weights(t, b, err, &st);
+    DT_TRY(st);
+    return dt__train_feed_put(t->feed, b, sw, err);
+}
+
+/* The current step is queued: the next batch goes to the device while it computes. */
+static dt_status feed_next(dt_trainer *t, dt_err *err)
+{
+    dt__train_feed_done(t->feed);
+    if (!t->feed_ahead)
+        return DT_OK;
+    t->feed_ahead = false;
+    const dt_batch *b;
+    DT_TRY(dt_pipeline_next(t->p, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
+    return feed_put(t, b, err);
+}
+
+/* fed: b's model batch from the feed (its device copies), or NULL to upload b in the step. */
+static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch *b,
+                          const dt_model_batch *fed, sums *step, bool *stop, dt_err *err)
 {
     size_t np;
     float *g = dt_model_grads(t->m, &np);
@@ -746,11 +774,16 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     if (split)
         c->busy(c->ctx, &busy0[0], &busy0[1]);
     if (b->n > 0) {
-        dt_status st;
-        const float *sw = class_weights(t, b, err, &st);
-        DT_TRY(st);
-        dt_model_batch mb = {
-            .x = b->x, .labels = b->y_i32, .targets = b->y_f32, .sample_weight = sw, .n = b->n};
+        dt_status st = DT_OK;
+        dt_model_batch mb;
+        if (fed) {
+            mb = *fed;
+        } else {
+            const float *sw = class_weights(t, b, err, &st);
+            DT_TRY(st);
+            mb = (dt_model_batch){
+                .x = b->x, .labels = b->y_i32, .targets = b->y_f32, .sample_weight = sw, .n = b->n};
+        }
         /* The model scales by 1/global batch; global_n is the step's true count on all replicas,
          * so short last steps average over what they really hold. */
         dt_model_keep_predictions(t->m, t->nms > 0);
@@ -772,6 +805,9 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
             }
             tail_down = true;
         }
+        /* the step is queued: the next batch's upload overlaps it, before the step's sync */
+        if (t->feed)
+            DT_TRY(feed_next(t, err));
         st = dt_model_train_end(t->m, &s, err);
         /* The model refuses a non-finite loss at the step's end, with the step's figures set
          * (and, with one replica, the update applied: the job fails). With TerminateOnNaN the
@@ -787,6 +823,8 @@ static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch 
     } else {
         memset(t->mstep, 0, t->nms * sizeof *t->mstep);
         dt_model_ops(t->m)->fill(np, 0.0f, g); /* no examples: contribute nothing, still join */
+        if (t->feed)
+            DT_TRY(feed_next(t, err));
     }
     if (t->hook_st != DT_OK) {
         *err = t->hook_err;
@@ -1173,10 +1211,24 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
         t->epsum_restored = false;
         double t0 = dt_wall_s();
         int64_t first_step = pos.step;
+        if (t->feed) {
+            dt__train_feed_reset(t->feed);
+            if (pos.step < t->steps) { /* the epoch's first batch; each step puts the next */
+                const dt_batch *b0;
+                DT_TRY(dt_pipeline_next(t->p, &b0, dt_deadline_in(t->opts.data_timeout_ms), err));
+                DT_TRY(feed_put(t, b0, err));
+            }
+        }
         for (; pos.step < t->steps; pos.step++) {
             double ts = dt_wall_s();
             const dt_batch *b;
-            DT_TRY(dt_pipeline_next(t->p, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
+            dt_model_batch fed;
+            if (t->feed) {
+                b = dt__train_feed_take(t->feed, &fed);
+                t->feed_ahead = pos.step + 1 < t->steps;
+            } else {
+                DT_TRY(dt_pipeline_next(t->p, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
+            }
             if (pos.step == first_step) /* the epoch's first step is not counted */
                 memset(&t->phase, 0, sizeof t->phase);
             else
@@ -1194,7 +1246,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             dt_rng_seed2(dt_model_rng(t->m),
                          t->seed ^ STEP_RNG_SALT ^ (uint64_t)pos.global_step * 0x9e3779b97f4a7c15u,
                          (uint64_t)c->rank);
-            DT_TRY(run_step(t, c, b, &st, &stop, err));
+            DT_TRY(run_step(t, c, b, t->feed ? &fed : NULL, &st, &stop, err));
             pos.global_step++;
             if (t->opts.pulse)
                 atomic_store(&t->opts.pulse->step, pos.global_step);
@@ -1369,6 +1421,48 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     return DT_OK;
 }
 
+/* "0" off, "1" on, unset or "auto": -1. */
+static int env_mode(const char *name)
+{
+    const char *e = getenv(name);
+    if (!e || !*e || !strcmp(e, "auto"))
+        return -1;
+    return strcmp(e, "0") != 0;
+}
+
+/* The device feed: on for a device backend (DTRAIN_FEED=0 turns it off, =1 on for any), the
+ * training set kept on the device when it takes at most a quarter of the free device memory
+ * (DTRAIN_DATA_ON_DEVICE=0 never, =1 whenever it fits). The pipeline's batches are a pure
+ * function of the set, the epoch and the step (its decode has no random transform: augmentation
+ * is the model's), so gathering its rows by the pipeline's indices gives the host path's batches.
+ */
+static dt_status feed_open(dt_trainer *t, dt_err *err)
+{
+    const dt_nn_ops *o = dt_model_ops(t->m);
+    int want = env_mode("DTRAIN_FEED"), on_dev = env_mode("DTRAIN_DATA_ON_DEVICE");
+    if (want == 0 || (want < 0 && !o->device_memory))
+        return DT_OK;
+    const dt_dataset *ds = t->train;
+    DT_TRY(dt__train_feed_new(o, dt_pipeline_local_batch(t->p), ds->x_size,
+                              ds->y_kind == DT_LABEL_INT32,
+                              ds->y_kind == DT_LABEL_FLOAT ? ds->y_size : 0, &t->feed, err));
+    if (on_dev == 0 || !o->gather)
+        return DT_OK;
+    uint64_t bytes = dt__train_feed_set_bytes(ds, NULL);
+    size_t free_b = 0, total_b = 0;
+    bool fits = o->mem_info && o->mem_info(&free_b, &total_b) == 0 && bytes <= free_b / 4;
+    if (on_dev < 0 && !(o->device_memory && fits))
+        return DT_OK;
+    dt_status st = dt__train_feed_set(t->feed, ds, err);
+    if (st == DT_ENOMEM && on_dev < 0) /* auto: the host path still works */
+        return DT_OK;
+    if (st == DT_OK)
+        DT_INFO("train",
+                "the training set is on the device (%" PRIu64 " MiB), batches gathered there",
+                bytes >> 20);
+    return st;
+}
+
 dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result *res, dt_err *err)
 {
     dt_train_result local;
@@ -1406,7 +1500,11 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
         dt_model_set_beat(t->m, &t->opts.pulse->beat_ms);
         pulse(t, DT_TRAIN_WORK);
     }
-    dt_status st = fit(t, comm, res, err);
+    dt_status st = feed_open(t, err);
+    if (st == DT_OK)
+        st = fit(t, comm, res, err);
+    dt__train_feed_free(t->feed);
+    t->feed = NULL;
     for (int i = 0; i < DT_JOBSPEC_MAX_CALLBACKS; i++)
         dt__train_csv_close(&t->csv[i]);
     pulse(t, DT_TRAIN_IDLE);

@@ -50,6 +50,33 @@ void dt__train_graphs_free(dt__train_graphs *gs, dt_model *m);
 dt_status dt__train_graph_step(dt__train_graphs *gs, dt_model *m, dt_optim *o, const dt_loss *loss,
                                const dt_model_batch *b, int global_batch, bool full, dt_err *err);
 
+/* feed.c: fit's device feed. Batch k + 1 goes to the device on the copy stream (put, after
+ * step k is queued) while step k computes; take hands step k + 1 its device copies after the
+ * compute stream waits for them. Two slots: put needs the one not in use (DT_ESTATE else).
+ * With a data set on the device (feed_set, before any put) a put uploads only row numbers and
+ * take gathers the rows there. Owned by the trainer thread, which the ops are bound to. */
+typedef struct dt__train_feed dt__train_feed;
+/* cap: rows per slot (grows on demand); x_size floats per example; labels: int32 labels;
+ * y_size: float targets per example (0: none). */
+dt_status dt__train_feed_new(const dt_nn_ops *o, int cap, size_t x_size, bool labels, size_t y_size,
+                             dt__train_feed **out, dt_err *err);
+void dt__train_feed_free(dt__train_feed *f);
+/* Device bytes of ds as the feed keeps it, and its decoded rows in *rows (may be NULL). */
+uint64_t dt__train_feed_set_bytes(const dt_dataset *ds, size_t *rows);
+/* Uploads ds (borrowed: it outlives the feed) decoded as the pipeline decodes it. */
+dt_status dt__train_feed_set(dt__train_feed *f, const dt_dataset *ds, dt_err *err);
+bool dt__train_feed_on_device(const dt__train_feed *f);
+/* Copies b (and its sample weights sw, or NULL) into the free slot and queues its upload. */
+dt_status dt__train_feed_put(dt__train_feed *f, const dt_batch *b, const float *sw, dt_err *err);
+/* The batch put last, or NULL when none is queued: *mb gets its host copies (labels, targets,
+ * sample weights; x NULL) and device copies; the returned batch (n, global_n, labels...) stays
+ * valid until the put after next. */
+const dt_batch *dt__train_feed_take(dt__train_feed *f, dt_model_batch *mb);
+/* The step that took the last batch is queued: its slot may be refilled after it. */
+void dt__train_feed_done(dt__train_feed *f);
+/* Drops a queued batch (an epoch's start). */
+void dt__train_feed_reset(dt__train_feed *f);
+
 /* Builds the spec's model (seeded), its loss and (if cfg is not NULL) the optimizer config.
  * Errors name $.model / $.compile.*. */
 dt_status dt__train_build(const dt_jobspec *spec, const dt_nn_ops *ops, uint64_t seed, dt_model **m,

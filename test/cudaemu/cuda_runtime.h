@@ -131,6 +131,25 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s = 0);
 cudaError_t cudaMemset(void *p, int v, size_t bytes);
+/* The device's totalGlobalMem, less what is allocated on it now. */
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+/* Events. Work runs at once here, so a recorded event has always completed: record, wait and
+ * synchronize only check their handles as the runtime does (a destroyed or unknown event, or a
+ * record on a stream of another device, is cudaErrorInvalidResourceHandle; wait flags other
+ * than 0 are cudaErrorInvalidValue). Every call is counted (emu_event_counts) for tests that
+ * check a backend's use of them. */
+struct CUevent_st;
+typedef CUevent_st *cudaEvent_t;
+#define cudaEventDefault       0x00
+#define cudaEventBlockingSync  0x01
+#define cudaEventDisableTiming 0x02
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventQuery(cudaEvent_t e);
 enum cudaMemoryType {
     cudaMemoryTypeUnregistered = 0,
     cudaMemoryTypeHost = 1,

@@ -212,6 +212,122 @@ cudaError_t cudaDeviceSynchronize(void)
     return emu_capture_unsafe("cudaDeviceSynchronize");
 }
 
+/* Events: live handles by address, each with its device and whether it was recorded. */
+struct CUevent_st {
+    int dev;
+    bool recorded;
+};
+static std::mutex events_mu;
+static std::map<uintptr_t, int> events_live; /* handle -> 1 */
+/* create, destroy, record, wait, synchronize, query: calls that succeeded */
+static std::atomic<long> event_calls[6];
+
+extern "C" __attribute__((visibility("default"))) void emu_event_counts(long out[6])
+{
+    for (int i = 0; i < 6; i++)
+        out[i] = event_calls[i].load();
+}
+
+static bool event_ok(cudaEvent_t e)
+{
+    std::lock_guard<std::mutex> l(events_mu);
+    return e && events_live.count((uintptr_t)e);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    if (!e || (flags & ~0x0fu))
+        return cudaErrorInvalidValue;
+    *e = (cudaEvent_t)calloc(1, sizeof(CUevent_st));
+    if (!*e)
+        return cudaErrorMemoryAllocation;
+    (*e)->dev = current_dev;
+    std::lock_guard<std::mutex> l(events_mu);
+    events_live[(uintptr_t)*e] = 1;
+    event_calls[0]++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    return cudaEventCreateWithFlags(e, cudaEventDefault);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    {
+        std::lock_guard<std::mutex> l(events_mu);
+        if (!e || !events_live.erase((uintptr_t)e))
+            return cudaErrorInvalidResourceHandle;
+    }
+    free(e);
+    event_calls[1]++;
+    return cudaSuccess;
+}
+
+/* CUDA turns an event record or wait on a capturing stream into a graph node; this emulator's
+ * graphs have no such nodes, so it refuses the call (and the capture) rather than drop it. */
+static cudaError_t event_in_capture(cudaStream_t s)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (s && cudaStreamIsCapturing(s, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+        cudaError_t e = emu_capture_touch(s);
+        return e != cudaSuccess ? e : cudaErrorStreamCaptureUnsupported;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    if (!event_ok(e))
+        return cudaErrorInvalidResourceHandle;
+    cudaError_t c = event_in_capture(s);
+    if (c != cudaSuccess)
+        return c;
+    /* the stream and the event must belong to the same device (the legacy stream: the
+     * current one) */
+    if ((s ? s->dev : current_dev) != e->dev)
+        return cudaErrorInvalidResourceHandle;
+    e->recorded = true;
+    event_calls[2]++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    if (flags != 0)
+        return cudaErrorInvalidValue;
+    if (!event_ok(e))
+        return cudaErrorInvalidResourceHandle;
+    cudaError_t c = event_in_capture(s);
+    if (c != cudaSuccess)
+        return c;
+    event_calls[3]++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    if (!event_ok(e))
+        return cudaErrorInvalidResourceHandle;
+    cudaError_t c = emu_capture_unsafe("cudaEventSynchronize"); /* a host wait, as a sync */
+    if (c != cudaSuccess)
+        return c;
+    event_calls[4]++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    if (!event_ok(e))
+        return cudaErrorInvalidResourceHandle;
+    cudaError_t c = emu_capture_unsafe("cudaEventQuery");
+    if (c != cudaSuccess)
+        return c;
+    event_calls[5]++;
+    return cudaSuccess;
+}
+
 /* Every allocation, by address: cudaPointerGetAttributes tells device memory (and whose) from
  * pinned host memory, as nccl.cu asks. */
 struct alloc_rec {
@@ -307,6 +423,31 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p)
     a->device = it->second.dev;
     a->devicePointer = it->second.host ? NULL : (void *)p;
     a->hostPointer = it->second.host ? (void *)p : NULL;
+    return cudaSuccess;
+}
+
+/* Live allocations: out[0] device, out[1] pinned host (tests check that a backend frees them). */
+extern "C" __attribute__((visibility("default"))) void emu_live_allocs(long out[2])
+{
+    std::lock_guard<std::mutex> l(allocs_mu);
+    out[0] = out[1] = 0;
+    for (const auto &a : allocs)
+        out[a.second.host]++;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
+{
+    if (!free_bytes || !total_bytes)
+        return cudaErrorInvalidValue;
+    size_t total = (size_t)16 << 30, used = 0; /* cudaGetDeviceProperties's totalGlobalMem */
+    {
+        std::lock_guard<std::mutex> l(allocs_mu);
+        for (const auto &a : allocs)
+            if (!a.second.host && a.second.dev == current_dev)
+                used += a.second.bytes;
+    }
+    *total_bytes = total;
+    *free_bytes = used < total ? total - used : 0;
     return cudaSuccess;
 }
 

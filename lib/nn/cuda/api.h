@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define DT_NN_CUDA_ABI 5
+#define DT_NN_CUDA_ABI 6
 
 /* One device as the runtime describes it. */
 typedef struct dt_nn_cuda_dev {

@@ -142,6 +142,8 @@ static void cu_download(void *dst, const void *src, size_t bytes)
         dt_cu_download_sync(dst, src, bytes);
 }
 
+/* --- feeding and the step's downloads: pinned memory, the copy stream, events --------------- */
+
 /* Pinned: a copy into pageable memory would return only once the stream got there. */
 static void *cu_host_alloc(size_t bytes)
 {
@@ -167,15 +169,85 @@ static void cu_download_async(void *dst, const void *src, size_t bytes)
         DT_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, tls_ctx.stream));
 }
 
+/* The thread's copy stream; NULL (and the sticky error set) when it cannot be made. */
+static cudaStream_t copy_stream(void)
+{
+    dt_cu_ctx *c = &tls_ctx;
+    if (!c->bound) {
+        dt_cu_fail("copy stream", __FILE__, __LINE__, "the thread is not bound to a device");
+        return NULL;
+    }
+    if (!c->copy)
+        DT_CU(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking));
+    return c->copy;
+}
+
+static void cu_upload_async(void *dst, const void *src, size_t bytes)
+{
+    cudaStream_t s = bytes ? copy_stream() : NULL;
+    if (s)
+        DT_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+}
+
+static void *cu_event_new(void)
+{
+    cudaEvent_t e = NULL;
+    /* no timing: recording is then a marker only, the cheapest kind */
+    DT_CU(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+}
+
+static void cu_event_free(void *ev)
+{
+    if (ev)
+        DT_CU(cudaEventDestroy((cudaEvent_t)ev));
+}
+
+static void cu_event_record(void *ev, bool copy)
+{
+    cudaStream_t s = copy ? copy_stream() : tls_ctx.stream;
+    if (ev && (s || !copy))
+        DT_CU(cudaEventRecord((cudaEvent_t)ev, s));
+}
+
+static void cu_event_wait(void *ev, bool copy)
+{
+    cudaStream_t s = copy ? copy_stream() : tls_ctx.stream;
+    if (ev && (s || !copy))
+        DT_CU(cudaStreamWaitEvent(s, (cudaEvent_t)ev, 0));
+}
+
+static void cu_event_sync(void *ev)
+{
+    if (ev)
+        DT_CU(cudaEventSynchronize((cudaEvent_t)ev));
+}
+
+static int cu_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); /* the caller's -1: it then keeps the data on the host */
+        return -1;
+    }
+    return 0;
+}
+
 void dt_cu_fill_mem(dt_nn_ops *o)
 {
     o->host_alloc = cu_host_alloc;
     o->host_free = cu_host_free;
     o->download_async = cu_download_async;
+    o->mem_info = cu_mem_info;
     o->alloc = cu_alloc;
     o->free = cu_free;
     o->upload = cu_upload;
     o->download = cu_download;
+    o->upload_async = cu_upload_async;
+    o->event_new = cu_event_new;
+    o->event_free = cu_event_free;
+    o->event_record = cu_event_record;
+    o->event_wait = cu_event_wait;
+    o->event_sync = cu_event_sync;
 }
 
 /* --- devices and binding ---------------------------------------------------------------------- */
@@ -345,6 +417,10 @@ static void unbind(void)
     free(c->retired);
     if (c->blas_ws)
         cudaFree(c->blas_ws);
+    if (c->copy) {
+        cudaStreamSynchronize(c->copy);
+        cudaStreamDestroy(c->copy);
+    }
     if (c->scratch)
         cudaFree(c->scratch);
     if (c->host)
@@ -410,8 +486,9 @@ static int sync(char *msg, size_t n)
     X(free)                                                                                        \
     X(upload)                                                                                      \
     X(download)                                                                                    \
-    X(gemm) X(im2col) X(col2im) X(bias_add) X(bias_grad) X(act_fwd) X(act_bwd) X(pool_fwd)         \
-        X(pool_bwd) X(bn_fwd) X(bn_bwd) X(dropout_fwd) X(axpby) X(mul) X(copy) X(copy2d) X(fill)   \
+    X(gemm)                                                                                        \
+    X(im2col) X(col2im) X(bias_add) X(bias_grad) X(act_fwd) X(act_bwd) X(pool_fwd) X(pool_bwd)     \
+        X(bn_fwd) X(bn_bwd) X(dropout_fwd) X(axpby) X(mul) X(copy) X(copy2d) X(fill) X(gather)     \
             X(loss) X(regularize) X(update) X(sumsq) X(img_flip) X(img_adjust) X(img_adjust_bwd)   \
                 X(img_resize) X(img_resize_bwd) X(img_transform) X(img_transform_bwd) X(dw_fwd)    \
                     X(dw_bwd) X(max_fwd) X(max_bwd) X(embed_fwd) X(embed_bwd) X(seq_mean)          \

@@ -468,8 +468,30 @@ static void cu_fill(size_t n, float v, float *y)
     DT_CU_LAUNCH(fill_k);
 }
 
+/* One thread per element of y. Loads and stores of 32-bit words: int32 labels pass unchanged. */
+static __global__ void gather_k(const float *x, const int32_t *rows, size_t n, size_t cols,
+                                float *y)
+{
+    DT_CU_FOR(i, n * cols)
+    {
+        size_t r = i / cols, c = i - r * cols;
+        y[i] = x[(size_t)rows[r] * cols + c];
+    }
+}
+
+static void cu_gather(const float *x, const int32_t *rows, int n, size_t cols, float *y)
+{
+    if (n <= 0 || cols == 0)
+        return;
+    size_t total = (size_t)n * cols;
+    gather_k<<<dt_cu_blocks(total), DT_CU_THREADS, 0, dt_cu_stream()>>>(x, rows, (size_t)n, cols,
+                                                                        y);
+    DT_CU_LAUNCH(gather_k);
+}
+
 void dt_cu_fill_elem(dt_nn_ops *o)
 {
+    o->gather = cu_gather;
     o->bias_add = cu_bias_add;
     o->bias_grad = cu_bias_grad;
     o->act_fwd = cu_act_fwd;

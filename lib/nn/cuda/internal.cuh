@@ -38,6 +38,8 @@ struct dt_cu_ctx {
     void **retired; /* malloc'd, n_retired of cap_retired */
     int n_retired, cap_retired;
     void *blas_ws;
+    /* The copy stream of upload_async (fit's feed), made on the first use. */
+    cudaStream_t copy;
 };
 
 dt_cu_ctx *dt_cu_ctx_get(void);
