@@ -20,6 +20,10 @@
  */
 #include "train/train_internal.h"
 
+#include "core/log.h"
+
+#include <inttypes.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -391,4 +395,46 @@ void dt__train_feed_done(dt__train_feed *f)
     if (f->o->event_record)
         f->o->event_record(f->s[f->in_use].used, false);
     f->in_use = -1;
+}
+
+/* "0" off, "1" on, unset or "auto": -1. */
+static int env_mode(const char *name)
+{
+    const char *e = getenv(name);
+    if (!e || !*e || !strcmp(e, "auto"))
+        return -1;
+    return strcmp(e, "0") != 0;
+}
+
+/* The pipeline's batches are a pure function of the set, the epoch and the step (its decode has
+ * no random transform: augmentation is the model's), so gathering its rows by the pipeline's
+ * indices gives the host path's batches. */
+dt_status dt__train_feed_open(const dt_nn_ops *o, const dt_dataset *ds, int local_batch,
+                              dt__train_feed **out, dt_err *err)
+{
+    *out = NULL;
+    int want = env_mode("DTRAIN_FEED"), on_dev = env_mode("DTRAIN_DATA_ON_DEVICE");
+    if (want == 0 || (want < 0 && !o->device_memory))
+        return DT_OK;
+    DT_TRY(dt__train_feed_new(o, local_batch, ds->x_size, ds->y_kind == DT_LABEL_INT32,
+                              ds->y_kind == DT_LABEL_FLOAT ? ds->y_size : 0, out, err));
+    if (on_dev == 0 || !o->gather)
+        return DT_OK;
+    uint64_t bytes = dt__train_feed_set_bytes(ds, NULL);
+    size_t free_b = 0, total_b = 0;
+    bool fits = o->mem_info && o->mem_info(&free_b, &total_b) == 0 && bytes <= free_b / 4;
+    if (on_dev < 0 && !(o->device_memory && fits))
+        return DT_OK;
+    dt_status st = dt__train_feed_set(*out, ds, err);
+    if (st == DT_ENOMEM && on_dev < 0) /* auto: the host path still works */
+        return DT_OK;
+    if (st == DT_OK)
+        DT_INFO("train",
+                "the training set is on the device (%" PRIu64 " MiB), batches gathered there",
+                bytes >> 20);
+    else {
+        dt__train_feed_free(*out);
+        *out = NULL;
+    }
+    return st;
 }

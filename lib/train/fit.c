@@ -1421,48 +1421,6 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     return DT_OK;
 }
 
-/* "0" off, "1" on, unset or "auto": -1. */
-static int env_mode(const char *name)
-{
-    const char *e = getenv(name);
-    if (!e || !*e || !strcmp(e, "auto"))
-        return -1;
-    return strcmp(e, "0") != 0;
-}
-
-/* The device feed: on for a device backend (DTRAIN_FEED=0 turns it off, =1 on for any), the
- * training set kept on the device when it takes at most a quarter of the free device memory
- * (DTRAIN_DATA_ON_DEVICE=0 never, =1 whenever it fits). The pipeline's batches are a pure
- * function of the set, the epoch and the step (its decode has no random transform: augmentation
- * is the model's), so gathering its rows by the pipeline's indices gives the host path's batches.
- */
-static dt_status feed_open(dt_trainer *t, dt_err *err)
-{
-    const dt_nn_ops *o = dt_model_ops(t->m);
-    int want = env_mode("DTRAIN_FEED"), on_dev = env_mode("DTRAIN_DATA_ON_DEVICE");
-    if (want == 0 || (want < 0 && !o->device_memory))
-        return DT_OK;
-    const dt_dataset *ds = t->train;
-    DT_TRY(dt__train_feed_new(o, dt_pipeline_local_batch(t->p), ds->x_size,
-                              ds->y_kind == DT_LABEL_INT32,
-                              ds->y_kind == DT_LABEL_FLOAT ? ds->y_size : 0, &t->feed, err));
-    if (on_dev == 0 || !o->gather)
-        return DT_OK;
-    uint64_t bytes = dt__train_feed_set_bytes(ds, NULL);
-    size_t free_b = 0, total_b = 0;
-    bool fits = o->mem_info && o->mem_info(&free_b, &total_b) == 0 && bytes <= free_b / 4;
-    if (on_dev < 0 && !(o->device_memory && fits))
-        return DT_OK;
-    dt_status st = dt__train_feed_set(t->feed, ds, err);
-    if (st == DT_ENOMEM && on_dev < 0) /* auto: the host path still works */
-        return DT_OK;
-    if (st == DT_OK)
-        DT_INFO("train",
-                "the training set is on the device (%" PRIu64 " MiB), batches gathered there",
-                bytes >> 20);
-    return st;
-}
-
 dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result *res, dt_err *err)
 {
     dt_train_result local;
@@ -1500,7 +1458,8 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
         dt_model_set_beat(t->m, &t->opts.pulse->beat_ms);
         pulse(t, DT_TRAIN_WORK);
     }
-    dt_status st = feed_open(t, err);
+    dt_status st = dt__train_feed_open(dt_model_ops(t->m), t->train, dt_pipeline_local_batch(t->p),
+                                       &t->feed, err);
     if (st == DT_OK)
         st = fit(t, comm, res, err);
     dt__train_feed_free(t->feed);

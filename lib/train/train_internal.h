@@ -76,6 +76,11 @@ const dt_batch *dt__train_feed_take(dt__train_feed *f, dt_model_batch *mb);
 void dt__train_feed_done(dt__train_feed *f);
 /* Drops a queued batch (an epoch's start). */
 void dt__train_feed_reset(dt__train_feed *f);
+/* fit's feed for ds on o (*out NULL: none): on for a device backend (DTRAIN_FEED=0 turns it off,
+ * =1 on for any), with ds kept on the device when it takes at most a quarter of the free device
+ * memory (DTRAIN_DATA_ON_DEVICE=0 never, =1 whenever it fits). */
+dt_status dt__train_feed_open(const dt_nn_ops *o, const dt_dataset *ds, int local_batch,
+                              dt__train_feed **out, dt_err *err);
 
 /* Builds the spec's model (seeded), its loss and (if cfg is not NULL) the optimizer config.
  * Errors name $.model / $.compile.*. */
