@@ -10,9 +10,27 @@
 #include "nn/gpu.h"
 #include "nn/ops_cpu.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A thread bound here never says when it is done: its binding (stream, cuBLAS handle, scratch)
+ * is released by a thread-exit destructor, so threads a test starts and joins leak nothing. */
+static pthread_key_t unbind_key;
+static pthread_once_t unbind_once = PTHREAD_ONCE_INIT;
+
+static void unbind_at_exit(void *unused)
+{
+    (void)unused;
+    dt_nn_gpu_unbind();
+}
+
+static void unbind_key_new(void)
+{
+    if (pthread_key_create(&unbind_key, unbind_at_exit) != 0)
+        abort();
+}
 
 const dt_nn_ops *dt__nn_ops_default(void)
 {
@@ -31,6 +49,8 @@ const dt_nn_ops *dt__nn_ops_default(void)
             fprintf(stderr, "DTRAIN_OPS=%s: %s\n", e, err.msg);
             abort();
         }
+        pthread_once(&unbind_once, unbind_key_new);
+        pthread_setspecific(unbind_key, (void *)1);
         return bound;
     }
     fprintf(stderr, "DTRAIN_OPS=%s: give cpu, guard or /gpu:N\n", e);
