@@ -3,7 +3,8 @@
  * and AVX-512 kernels must give exactly the bits of a scalar fmaf loop, on the recurrent layers'
  * shapes (32 x 256 x 64 and its transposes) and on ragged ones: rows that no tile height
  * divides, a last panel narrower than 32 columns, k of 1, A transposed, strided A, B given
- * transposed to rnn_pack, B given unpacked (ldb > 0), c's columns beyond n left alone. The OpenBLAS
+ * transposed to rnn_pack, B given unpacked (ldb > 0), c's columns beyond n left alone, and the
+ * sequence-long products x W, d(a) W^T and x^T d(a) (k over many blocks). The OpenBLAS
  * fallback (CPUs without FMA) is held to float64 within float32 rounding. */
 #include "dt_test.h"
 #include "nn/ops.h"
@@ -35,6 +36,11 @@ static const shape shapes[] = {
     {1, 5, 1, false, false, 1, 0},      /* one row, one narrow panel, k 1 */
     {9, 17, 256, false, true, 1, 1},    /* panel of 17: both halves of the AVX-512 masks */
     {11, 96, 7, true, false, 0, 2},     /* whole panels only */
+    /* the sequence-long products (n T rows; an LSTM(64) on 128 features, fewer rows) */
+    {203, 256, 128, false, false, 0, 0}, /* x W */
+    {203, 128, 256, false, true, 1, 0},  /* d(a) W^T, accumulated over directions */
+    {128, 256, 700, true, false, 0, 0},  /* x^T d(a): k of 10 blocks of 64 and one of 60 */
+    {128, 64, 700, true, false, 0, 192}, /* a dropout group's columns of d(a) in place */
 };
 
 static void check(const shape *s, const float *a, int lda, const float *b, int ldb, const float *c,
