@@ -489,13 +489,23 @@ static void cpu_gemm_bn_fwd(const dt_nn_ops *o, int rows, int n, int k, const fl
     int blk = (int)(BN_GEMM_BLOCK_BYTES / ((size_t)n * sizeof(float))) / 96 * 96;
     if (blk < 96)
         blk = 96;
+    /* The kernel packed once for rnn_gemm's register-blocked kernels, as the unfused 1x1 conv
+     * does (layers_conv.c's gemm_1x1): the same bits, whatever the block (each element is one
+     * fmaf chain over k). */
+    float *p = o->rnn_gemm ? malloc((size_t)k * n * sizeof(float)) : NULL;
+    if (p)
+        o->rnn_pack(false, k, n, w, n, p);
     /* col_sums adds row after row, so summing block by block gives bn_fwd's sums */
     for (int r = 0; r < rows; r += blk) {
         int m = rows - r < blk ? rows - r : blk;
         float *zr = z + (size_t)r * n;
-        o->gemm(false, false, m, n, k, 1.0f, x + (size_t)r * k, k, w, n, 0.0f, zr, n);
+        if (p)
+            o->rnn_gemm(false, m, n, k, x + (size_t)r * k, k, p, 0, 0.0f, zr, n);
+        else
+            o->gemm(false, false, m, n, k, 1.0f, x + (size_t)r * k, k, w, n, 0.0f, zr, n);
         col_sums(zr, zr, (size_t)m, n, acc, acc + n);
     }
+    free(p);
     bn_fwd_from_sums(acc, z, y, (size_t)rows, n, gamma, beta, mmean, mvar, momentum, eps, smean,
                      svar, relu);
     free(acc);

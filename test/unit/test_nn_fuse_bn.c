@@ -13,9 +13,16 @@ static void randn(float *x, size_t n, uint64_t seed)
         x[i] = (float)dt_rng_normal(&r);
 }
 
-/* A copy of the CPU table whose gemm and gemm_bn_fwd count their calls. */
+/* A copy of the CPU table whose gemm, rnn_gemm and gemm_bn_fwd count their calls. */
 static const dt_nn_ops *real;
 static int gemm_calls, fused_calls;
+
+static void count_rnn_gemm(bool ta, int m, int n, int k, const float *a, int lda, const float *b,
+                           int ldb, float beta, float *c, int ldc)
+{
+    gemm_calls++;
+    real->rnn_gemm(ta, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
 
 static void count_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                        const float *b, int ldb, float beta, float *c, int ldc)
@@ -39,6 +46,8 @@ static dt_nn_ops counting_ops(void)
     real = dt_nn_ops_cpu();
     dt_nn_ops o = *real;
     o.gemm = count_gemm;
+    if (o.rnn_gemm) /* the packed kernels run the 1x1 conv's products where the CPU has FMA */
+        o.rnn_gemm = count_rnn_gemm;
     o.gemm_bn_fwd = count_fused;
     return o;
 }
@@ -48,8 +57,8 @@ DT_TEST(nn_fuse_gemm_bn_fwd_equals_gemm_then_bn_fwd)
     /* One block (37 rows), several blocks with a tail (3000 rows of 16, 144 and 640 channels:
      * blocks of 2048, 192 and 96 rows), batch norm with and without gamma and beta, no ReLU,
      * ReLU6 and an uncapped one. The statistics, y and the moving statistics equal bn_fwd's on
-     * the op's z bit for bit; z is the one-call GEMM's within float rounding (bit for bit on
-     * OpenBLAS's Haswell kernels). */
+     * the op's z bit for bit; z is the one-call GEMM's within float rounding (OpenBLAS's; the
+     * op runs rnn_gemm's packed FMA kernels where the CPU has them). */
     const int rows[] = {37, 3000, 3000, 3000}, cols[] = {24, 16, 144, 640}, ks[] = {16, 24, 96, 8};
     const float relus[] = {-1.0f, 6.0f, INFINITY};
     dt_nn_ops o = counting_ops();
@@ -76,7 +85,7 @@ DT_TEST(nn_fuse_gemm_bn_fwd_equals_gemm_then_bn_fwd)
             o.gemm_bn_fwd(&o, R, C, K, x, w, z, y, affine ? ga : NULL, affine ? be : NULL, st,
                           st + C, 0.9f, 1e-3f, st + 2 * C, st + 3 * C, relus[ri]);
             int blocks = gemm_calls;
-            ASSERT_TRUE(blocks >= 1 && (R < 1000 || blocks > 1)); /* through o's gemm, in blocks */
+            ASSERT_TRUE(blocks >= 1 && (R < 1000 || blocks > 1)); /* through o's GEMMs, in blocks */
             real->gemm(false, false, R, C, K, 1.0f, x, K, w, C, 0.0f, rz, C);
             size_t same = 0;
             for (size_t i = 0; i < n; i++) {
