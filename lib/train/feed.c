@@ -60,19 +60,11 @@ struct dt__train_feed {
     const dt_dataset *ds;
 };
 
-static void *host_alloc(const dt_nn_ops *o, size_t bytes)
-{
-    return o->host_alloc ? o->host_alloc(bytes) : malloc(bytes ? bytes : 1);
-}
-
+/* Every table has host_alloc (pinned on a GPU); a slot's blocks may be NULL. */
 static void host_free(const dt_nn_ops *o, void *p)
 {
-    if (!p)
-        return;
-    if (o->host_alloc)
+    if (p)
         o->host_free(p);
-    else
-        free(p);
 }
 
 static void slot_free(const dt_nn_ops *o, slot *s)
@@ -130,18 +122,18 @@ static bool slot_alloc(dt__train_feed *f, slot *s, int cap)
     size_t n = (size_t)cap;
     bool set = f->set_x != NULL, ok = true;
     if (!set)
-        ok = (s->hx = host_alloc(o, n * f->xs * sizeof(float))) != NULL &&
+        ok = (s->hx = o->host_alloc(n * f->xs * sizeof(float))) != NULL &&
              (s->dx = dt_nn_alloc(o, n * f->xs * sizeof(float))) != NULL;
-    ok = ok && (s->hw = host_alloc(o, n * sizeof(float))) != NULL &&
+    ok = ok && (s->hw = o->host_alloc(n * sizeof(float))) != NULL &&
          (s->dw = dt_nn_alloc(o, n * sizeof(float))) != NULL;
     if (ok && f->labels)
-        ok = (s->hl = host_alloc(o, n * sizeof(int32_t))) != NULL &&
+        ok = (s->hl = o->host_alloc(n * sizeof(int32_t))) != NULL &&
              (set || (s->dl = dt_nn_alloc(o, n * sizeof(int32_t))) != NULL);
     if (ok && f->ys)
-        ok = (s->ht = host_alloc(o, n * f->ys * sizeof(float))) != NULL &&
+        ok = (s->ht = o->host_alloc(n * f->ys * sizeof(float))) != NULL &&
              (set || (s->dt = dt_nn_alloc(o, n * f->ys * sizeof(float))) != NULL);
     if (ok && set)
-        ok = (s->hrows = host_alloc(o, 2 * n * sizeof(int32_t))) != NULL &&
+        ok = (s->hrows = o->host_alloc(2 * n * sizeof(int32_t))) != NULL &&
              (s->drows = dt_nn_alloc(o, 2 * n * sizeof(int32_t))) != NULL;
     if (ok && o->event_new && !s->up)
         ok = (s->up = o->event_new()) != NULL && (s->used = o->event_new()) != NULL;
