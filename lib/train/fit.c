@@ -1,6 +1,6 @@
-/* fit.c - one replica's Keras fit: the start-up broadcast, the step (backward overlapped with
- * bucketed all-reduces through the model's grad-ready hook), validation, checkpoints,
- * TensorBoard and progress. train.h tells the whole story of a step. */
+/* fit.c - one replica's Keras fit: set-up, the start-up broadcast, the epochs (their steps and
+ * validations run in step.c), callbacks, checkpoints, TensorBoard and progress. train.h tells
+ * the whole story of a step. */
 #include "train/train_internal.h"
 
 #include "core/clock.h"
@@ -15,118 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct dt_trainer {
-    const dt_jobspec *spec; /* borrowed */
-    dt_train_opts opts;
-    dt_model *m;
-    dt_loss loss;
-    dt_optim_cfg cfg;
-    dt_optim *opt;
-    dt_data_spec ds;
-    dt_dataset *train, *val;
-    dt_pipeline *p, *pv;
-    int64_t steps;  /* per epoch, as run */
-    char *ckpt_dir; /* chief's checkpoint dir, or NULL */
-    uint64_t seed;
-
-    /* Fusion buckets over the grads buffer, last layers first: bucket k is
-     * [lo[k], hi[k]) and lo strictly decreases with k. */
-    size_t *lo, *hi;
-    size_t nbuckets;
-    size_t nwire; /* buckets that go out on their own; the last one rides in the tail when small */
-    /* The step in flight (set by run_step for the grad-ready hook). */
-    const dt_train_comm *comm;
-    void **reqs;
-    size_t started;
-    dt_status hook_st;
-    dt_err hook_err;
-    /* (state size + 4 + the last bucket when it rides along): moving statistics, metrics and
-     * the first layers' gradients of one step, in one all-reduce after backward. */
-    float *tail;
-    /* When the ops' memory is a device's (a GPU), the ring cannot read the grads: each bucket
-     * is downloaded into this host mirror (np floats), all-reduced there and uploaded back;
-     * bcast stages broadcasts of device buffers. NULL on the CPU, where the ring reads the
-     * model's own buffers. */
-    float *hg, *bcast;
-    /* The compiled metrics' sums (spec->nmetrics metrics, nms doubles each): this step's (after
-     * the all-reduce), the epoch's so far, and a validation's; their values as reported. */
-    size_t nms;
-    double *mstep, *mepoch, *mval;
-    dt_train_metric mrun[DT_JOBSPEC_MAX_METRICS], mvalout[DT_JOBSPEC_MAX_METRICS];
-
-    /* Where an epoch's steps spend their time (the first step of an epoch left out: it warms
-     * caches and pages), logged at the epoch's end: the exposed wait is the all-reduce time
-     * that backward did not hide. Seconds, summed over n steps. */
-    struct {
-        double data, compute, wait, update;
-        double ahead; /* the first bucket's start to the end of backward: the overlap window */
-        /* comm.busy's in-host and host-ring time within the steps (split: comm.busy given);
-         * they overlap backward and the wait, and each other (bucket k on the ring while
-         * bucket k+1 is reduced in the host) */
-        double in_host, ring;
-        bool split;
-        int64_t n;
-    } phase;
-    double first_start; /* when this step's first bucket was started */
-    int64_t phase_at;   /* dt_now_ms() of the last pulse phase change */
-
-    dt_tfevents *tb, *tbv; /* TensorBoard's train and validation runs (chief) */
-    float *cw;             /* $.fit.class_weight: this batch's sample weights */
-    /* The device feed (feed.c; NULL: batches are uploaded inside their step) and whether the
-     * step in progress should fetch and put the next one. Made by dt_train_fit on its thread. */
-    dt__train_feed *feed;
-    bool feed_ahead;
-    /* LearningRateScheduler objects, parsed once */
-    dt_optim_schedule lrs[DT_JOBSPEC_MAX_CALLBACKS];
-    int cw_cap;
-
-    /* $.fit.callbacks: each one's direction (+1 larger is better), its state, and for
-     * EarlyStopping's restore_best_weights the best epoch's params + state (np + ns floats). */
-    int cbdir[DT_JOBSPEC_MAX_CALLBACKS];
-    dt__train_cb_state cb[DT_JOBSPEC_MAX_CALLBACKS];
-    float *cbbest[DT_JOBSPEC_MAX_CALLBACKS];
-    bool on_nan;                                 /* a TerminateOnNaN is among them */
-    dt__train_csv csv[DT_JOBSPEC_MAX_CALLBACKS]; /* CSVLogger's files (chief) */
-    /* The epoch's sums so far (loss, correct, n; the metrics' in mepoch), kept in checkpoints
-     * so that an epoch resumed mid-way logs what the unbroken epoch logs, and the callbacks
-     * decide alike; epsum_restored when a resume brought them. */
-    double epsum[3];
-    bool epsum_restored;
-    double resume_lr; /* a resumed checkpoint's learning rate (ReduceLROnPlateau), else NaN */
-    dt__train_graphs graphs; /* CUDA graphs of the step (graph.c), set up by fit */
-};
-
-/* --------------------------------------------------------------------------- liveness -- */
-
-/* A phase change of opts.pulse; a stretch of own work that ends here may raise slowest_ms. */
-static void pulse(dt_trainer *t, dt_train_doing d)
-{
-    dt_train_pulse *p = t->opts.pulse;
-    if (!p)
-        return;
-    int64_t now = dt_now_ms();
-    if (atomic_load(&p->doing) == DT_TRAIN_WORK && now - t->phase_at > atomic_load(&p->slowest_ms))
-        atomic_store(&p->slowest_ms, now - t->phase_at);
-    t->phase_at = now;
-    atomic_store(&p->beat_ms, now);
-    atomic_store(&p->doing, (int)d);
-}
+/* Keeps the per-step Dropout streams apart from the weight initialiser's (same spec seed). */
+#define STEP_RNG_SALT 0x44726f706f75ull
 
 /* ------------------------------------------------------------------------ collectives -- */
-
-static bool distributed(const dt_train_comm *c)
-{
-    return c->world > 1 && c->allreduce_start;
-}
-
-static dt_status allreduce(const dt_train_comm *c, float *buf, size_t n, dt_err *err)
-{
-    if (!distributed(c) || n == 0)
-        return DT_OK;
-    void *req = NULL;
-    DT_TRY(c->allreduce_start(c->ctx, buf, n, &req, err));
-    return c->wait(c->ctx, req, err);
-}
 
 static dt_status broadcast(const dt_train_comm *c, void *buf, size_t bytes, dt_err *err)
 {
@@ -146,123 +38,6 @@ static dt_status broadcast_model(dt_trainer *t, const dt_train_comm *c, float *b
     ops->download(t->bcast, buf, n * sizeof(float));
     DT_TRY(broadcast(c, t->bcast, n * sizeof(float), err));
     ops->upload(buf, t->bcast, n * sizeof(float));
-    return DT_OK;
-}
-
-/* Starts bucket t->started (grads final from its lo up). */
-static dt_status start_bucket(dt_trainer *t, dt_err *err)
-{
-    size_t n;
-    float *g = dt_model_grads(t->m, &n);
-    size_t k = t->started;
-    t->reqs[k] = NULL;
-    if (k == 0)
-        t->first_start = dt_wall_s();
-    const dt_train_comm *c = t->comm;
-    if (t->hg) { /* the ring reads host memory */
-        dt_model_ops(t->m)->download(t->hg + t->lo[k], g + t->lo[k],
-                                     (t->hi[k] - t->lo[k]) * sizeof(float));
-        g = t->hg;
-    }
-    if (t->spec->compression != DT_JOBSPEC_COMPRESS_NONE)
-        DT_TRY(c->allreduce_start_compressed(c->ctx, g + t->lo[k], t->hi[k] - t->lo[k],
-                                             t->spec->compression, &t->reqs[k], err));
-    else
-        DT_TRY(c->allreduce_start(c->ctx, g + t->lo[k], t->hi[k] - t->lo[k], &t->reqs[k], err));
-    t->started++;
-    return DT_OK;
-}
-
-/* The model's grad-ready hook: grads[offset, n) are final, so every bucket lying above offset
- * can go on the wire while backward continues with the earlier layers. */
-static void on_grad_ready(void *ctx, size_t offset)
-{
-    dt_trainer *t = ctx;
-    if (!t->comm || !distributed(t->comm))
-        return;
-    while (t->hook_st == DT_OK && t->started < t->nwire && t->lo[t->started] >= offset)
-        t->hook_st = start_bucket(t, &t->hook_err);
-}
-
-/* Keeps the per-step Dropout streams apart from the weight initialiser's (same spec seed). */
-#define STEP_RNG_SALT 0x44726f706f75ull
-
-/* A last bucket of at most this many gradients (256 KiB) joins the step's small collective. */
-#define TAIL_BUCKET_FLOATS (64u << 10)
-
-static size_t mb_floats(double mb)
-{
-    size_t n = (size_t)(mb * 1048576.0 / sizeof(float));
-    return n ? n : 1;
-}
-
-/* Bucket plan: cut at layer boundaries once a bucket holds bucket_mb. Every replica computes
- * the same plan from the same model, so they start the same all-reduces in the same order. */
-static dt_status plan_buckets(dt_trainer *t, dt_err *err)
-{
-    size_t np;
-    dt_model_params(t->m, &np);
-    size_t nw = dt_model_weight_count(t->m);
-    size_t *starts = malloc((nw + 1) * sizeof *starts);
-    t->lo = malloc((nw + 1) * sizeof *t->lo);
-    t->hi = malloc((nw + 1) * sizeof *t->hi);
-    t->reqs = calloc(nw + 1, sizeof *t->reqs);
-    if (!starts || !t->lo || !t->hi || !t->reqs) {
-        free(starts);
-        return dt_err_set(err, DT_ENOMEM, "train: out of memory");
-    }
-    /* The first trainable offset of each layer, ascending (layers are laid out in order). */
-    size_t ns = 0;
-    int last_layer = -1;
-    for (size_t i = 0; i < nw; i++) {
-        const dt_model_weight *w = dt_model_weight_at(t->m, i);
-        if (!w->trainable || w->layer == last_layer)
-            continue;
-        last_layer = w->layer;
-        if (!ns || w->offset > starts[ns - 1])
-            starts[ns++] = w->offset;
-    }
-    /* The first bucket (the last layers) is small so that the wire starts early: with one big
-     * bucket nothing moves until backward ends. A layer is never split, so a bucket may hold
-     * more than its cap. */
-    size_t cap = mb_floats(t->spec->bucket_mb), first_cap = mb_floats(t->spec->first_bucket_mb);
-    size_t hi = np;
-    t->nbuckets = 0;
-    for (size_t i = ns; i-- > 0;) {
-        size_t c = t->nbuckets ? cap : first_cap;
-        if (starts[i] < hi && (hi - starts[i] >= c || i == 0)) {
-            t->lo[t->nbuckets] = i == 0 ? 0 : starts[i];
-            t->hi[t->nbuckets++] = hi;
-            hi = t->lo[t->nbuckets - 1];
-        }
-    }
-    free(starts);
-    /* The last bucket holds the first layers, final only when backward ends, just when the
-     * step's small collective starts: a small one joins that collective (exact float32) rather
-     * than costing a round trip of its own. */
-    size_t nst;
-    dt_model_state(t->m, &nst);
-    size_t last = t->nbuckets ? t->hi[t->nbuckets - 1] - t->lo[t->nbuckets - 1] : 0;
-    /* With a 16-bit wire a one-bucket model still travels compressed, as the spec asks. */
-    bool rides = last && last <= TAIL_BUCKET_FLOATS &&
-                 (t->nbuckets > 1 || t->spec->compression == DT_JOBSPEC_COMPRESS_NONE);
-    t->nwire = t->nbuckets - rides;
-    size_t ride = t->nwire < t->nbuckets ? last : 0;
-    t->nms = dt__train_metrics_state_size(t->spec);
-    /* host_alloc: pinned on a GPU, so run_step's downloads into it ride the step's one sync */
-    t->tail = dt_model_ops(t->m)->host_alloc((nst + 4 + t->nms + ride) * sizeof *t->tail);
-    t->mstep = calloc(3 * t->nms + 1, sizeof *t->mstep);
-    t->mepoch = t->mstep + t->nms;
-    t->mval = t->mepoch + t->nms;
-    if (!t->tail || !t->mstep)
-        return dt_err_set(err, DT_ENOMEM, "train: out of memory");
-    DT_INFO(
-        "train", "%zu fusion bucket%s over %zu gradients (first >= %g MiB, then %g MiB), wire %s%s",
-        t->nbuckets, t->nbuckets == 1 ? "" : "s", np, t->spec->first_bucket_mb, t->spec->bucket_mb,
-        t->spec->compression == DT_JOBSPEC_COMPRESS_NONE
-            ? "float32"
-            : dt_jobspec_compression_name(t->spec->compression),
-        ride ? "; the last one rides with the step's metrics" : "");
     return DT_OK;
 }
 
@@ -343,7 +118,7 @@ dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_tra
         else
             t->steps = spec->steps_per_epoch;
     }
-    DT_TRY_GOTO(plan_buckets(t, err), st, fail);
+    DT_TRY_GOTO(dt__train_plan_buckets(t, err), st, fail);
     DT_TRY_GOTO(dt__train_callbacks_check(spec, t->val != NULL, &t->cfg, err), st, fail);
     for (int i = 0; i < spec->ncallbacks; i++)
         if (spec->callbacks[i].lr_schedule[0])
@@ -363,7 +138,7 @@ dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_tra
             goto fail;
         }
     }
-    dt_model_set_grad_ready(t->m, on_grad_ready, t);
+    dt_model_set_grad_ready(t->m, dt__train_on_grad_ready, t);
     if (opts->rank == 0) {
         const char *dir = spec->checkpoint_dir;
         char buf[4096];
@@ -489,7 +264,7 @@ static dt_status save_checkpoint(dt_trainer *t, const position *pos, dt_err *err
 {
     if (!t->ckpt_dir)
         return DT_OK;
-    pulse(t, DT_TRAIN_IO);
+    dt__train_pulse(t, DT_TRAIN_IO);
     DT_TRY(dt__train_mkdirs(t->ckpt_dir, err));
     char path[4200], ep[32], st[32], gs[32], cbs[1024], lr[40];
     char *sums = epoch_sums_text(t);
@@ -536,7 +311,7 @@ static dt_status save_checkpoint(dt_trainer *t, const position *pos, dt_err *err
     dt__train_cb_prune_best(t->ckpt_dir);
     DT_INFO("train", "checkpoint %s (epoch %" PRId64 ", step %" PRId64 ")", path, pos->epoch,
             pos->step);
-    pulse(t, DT_TRAIN_WORK);
+    dt__train_pulse(t, DT_TRAIN_WORK);
     return DT_OK;
 }
 
@@ -651,10 +426,10 @@ static dt_status load_start(dt_trainer *t, position *pos, dt_err *err)
 static dt_status sync_start(dt_trainer *t, const dt_train_comm *c, position *pos, dt_err *err)
 {
     if (c->rank == 0) {
-        pulse(t, DT_TRAIN_IO);
+        dt__train_pulse(t, DT_TRAIN_IO);
         DT_TRY(load_start(t, pos, err));
     }
-    pulse(t, DT_TRAIN_COMM);
+    dt__train_pulse(t, DT_TRAIN_COMM);
     DT_TRY(broadcast(c, pos, sizeof *pos, err));
     /* the callbacks decide on every replica: all start from the chief's state */
     DT_TRY(broadcast(c, t->cb, sizeof t->cb, err));
@@ -680,265 +455,7 @@ static dt_status sync_start(dt_trainer *t, const dt_train_comm *c, position *pos
     for (size_t k = 0; k < dt_optim_slot_count(t->opt); k++)
         DT_TRY(broadcast_model(t, c, dt_optim_slot(t->opt, k, NULL), n, err));
     dt_optim_set_iterations(t->opt, pos->global_step);
-    pulse(t, DT_TRAIN_WORK);
-    return DT_OK;
-}
-
-/* ------------------------------------------------------------------------------- step -- */
-
-typedef struct sums {
-    double loss, correct, n;
-} sums;
-
-/* One synchronous step; *stop is set when some replica asked to cancel. */
-/* Keras's class_weight as sample weights: the weight of each example's class, its class being
- * the integer label, a one-column target rounded, or a one-hot row's argmax; NULL without
- * class_weight. */
-static const float *class_weights(dt_trainer *t, const dt_batch *b, dt_err *err, dt_status *st)
-{
-    const dt_jobspec *s = t->spec;
-    *st = DT_OK;
-    if (!s->n_class_weight)
-        return NULL;
-    if (b->n > t->cw_cap) {
-        float *p = realloc(t->cw, (size_t)b->n * sizeof *p);
-        if (!p) {
-            *st = dt_err_set(err, DT_ENOMEM, "out of memory for the class weights");
-            return NULL;
-        }
-        t->cw = p;
-        t->cw_cap = b->n;
-    }
-    int cols = (int)dt_model_output_size(t->m);
-    for (int i = 0; i < b->n; i++) {
-        long k;
-        if (b->y_i32) {
-            k = b->y_i32[i];
-        } else if (cols == 1) {
-            k = lrintf(b->y_f32[i]);
-        } else {
-            const float *r = b->y_f32 + (size_t)i * cols;
-            k = 0;
-            for (int j = 1; j < cols; j++)
-                k = r[j] > r[k] ? j : k;
-        }
-        t->cw[i] = k >= 0 && k < s->n_class_weight ? s->class_weight[k] : 1.0f;
-    }
-    return t->cw;
-}
-
-/* Puts b (NULL: the data ended, nothing to put) in the feed with its class weights. */
-static dt_status feed_put(dt_trainer *t, const dt_batch *b, dt_err *err)
-{
-    if (!b)
-        return DT_OK;
-    dt_status st;
-    const float *sw = class_weights(t, b, err, &st);
-    DT_TRY(st);
-    return dt__train_feed_put(t->feed, b, sw, err);
-}
-
-/* The current step is queued: the next batch goes to the device while it computes. */
-static dt_status feed_next(dt_trainer *t, dt_err *err)
-{
-    dt__train_feed_done(t->feed);
-    if (!t->feed_ahead)
-        return DT_OK;
-    t->feed_ahead = false;
-    const dt_batch *b;
-    DT_TRY(dt_pipeline_next(t->p, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
-    return feed_put(t, b, err);
-}
-
-/* fed: b's model batch from the feed (its device copies), or NULL to upload b in the step. */
-static dt_status run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch *b,
-                          const dt_model_batch *fed, sums *step, bool *stop, dt_err *err)
-{
-    size_t np;
-    float *g = dt_model_grads(t->m, &np);
-    t->comm = c;
-    t->started = 0;
-    t->hook_st = DT_OK;
-    dt_step_stats s = {0};
-    double t0 = dt_wall_s(), busy0[2] = {0, 0};
-    bool split = c->busy && distributed(c);
-    /* One replica: the update is queued behind the step before the model's end, so the whole step
-     * (forward, backward, clipping, update) costs the one host synchronisation of that end. With
-     * several, the loss and metrics ride the all-reduce: the end comes first (the moving
-     * statistics and the riding bucket downloaded behind its sync), the update after, then a
-     * sync of its own; a ring in host memory downloads each bucket as backward finishes it. */
-    bool updated = false, tail_down = false;
-    size_t ns;
-    float *state = dt_model_state(t->m, &ns);
-    float *rider = t->tail + ns + 4 + t->nms;
-    if (split)
-        c->busy(c->ctx, &busy0[0], &busy0[1]);
-    if (b->n > 0) {
-        dt_status st = DT_OK;
-        dt_model_batch mb;
-        if (fed) {
-            mb = *fed;
-        } else {
-            const float *sw = class_weights(t, b, err, &st);
-            DT_TRY(st);
-            mb = (dt_model_batch){
-                .x = b->x, .labels = b->y_i32, .targets = b->y_f32, .sample_weight = sw, .n = b->n};
-        }
-        /* The model scales by 1/global batch; global_n is the step's true count on all replicas,
-         * so short last steps average over what they really hold. */
-        dt_model_keep_predictions(t->m, t->nms > 0);
-        if (!distributed(c)) {
-            /* the whole step on this thread's device: eager, captured or replayed (graph.c);
-             * only full batches are graphed, an epoch's short last one runs eagerly */
-            bool full = b->n == dt_pipeline_local_batch(t->p) &&
-                        b->global_n == (int64_t)t->spec->batch_size;
-            DT_TRY(dt__train_graph_step(&t->graphs, t->m, t->opt, &t->loss, &mb, (int)b->global_n,
-                                        full, err));
-            updated = true;
-        } else {
-            DT_TRY(dt_model_train_begin(t->m, &t->loss, &mb, (int)b->global_n, err));
-            const dt_nn_ops *ops = dt_model_ops(t->m);
-            ops->download_async(t->tail, state, ns * sizeof(float));
-            if (t->nwire < t->nbuckets) {
-                size_t lo = t->lo[t->nbuckets - 1];
-                ops->download_async(rider, g + lo, (t->hi[t->nbuckets - 1] - lo) * sizeof(float));
-            }
-            tail_down = true;
-        }
-        /* the step is queued: the next batch's upload overlaps it, before the step's sync */
-        if (t->feed)
-            DT_TRY(feed_next(t, err));
-        st = dt_model_train_end(t->m, &s, err);
-        /* The model refuses a non-finite loss at the step's end, with the step's figures set
-         * (and, with one replica, the update applied: the job fails). With TerminateOnNaN the
-         * step goes on instead, so that every replica learns of it through the all-reduced loss
-         * and stops after the same batch, as Keras does. */
-        if (st == DT_EINVAL && t->on_nan && !isfinite(s.loss))
-            st = DT_OK;
-        DT_TRY(st);
-        memset(t->mstep, 0, t->nms * sizeof *t->mstep);
-        dt__train_metrics_update(t->spec, dt_model_last_predictions(t->m),
-                                 (int)dt_model_output_size(t->m), b->y_f32, b->y_i32, b->n,
-                                 t->mstep);
-    } else {
-        memset(t->mstep, 0, t->nms * sizeof *t->mstep);
-        dt_model_ops(t->m)->fill(np, 0.0f, g); /* no examples: contribute nothing, still join */
-        if (t->feed)
-            DT_TRY(feed_next(t, err));
-    }
-    if (t->hook_st != DT_OK) {
-        *err = t->hook_err;
-        return t->hook_st;
-    }
-    /* The step's small collective: BatchNormalization's moving statistics and the metrics, in
-     * one all-reduce started right behind the last gradient bucket (one round trip, not two). */
-    double t1 = dt_wall_s();
-    if (t->started > 0)
-        t->phase.ahead += t1 - t->first_start;
-    bool cancel = t->opts.cancel && atomic_load(t->opts.cancel);
-    float *mv = t->tail + ns;
-    mv[0] = (float)(s.loss * b->n);
-    mv[1] = (float)round(s.accuracy * b->n);
-    mv[2] = (float)b->n;
-    mv[3] = cancel ? 1.0f : 0.0f;
-    /* the metrics' sums: counts stay exact in float32 up to 2^24 a step */
-    for (size_t i = 0; i < t->nms; i++)
-        mv[4 + i] = (float)t->mstep[i];
-    if (distributed(c)) {
-        while (t->started < t->nwire)
-            DT_TRY(start_bucket(t, err));
-        const dt_nn_ops *ops = dt_model_ops(t->m);
-        if (!tail_down) /* no examples: nothing was queued */
-            ops->download(t->tail, state, ns * sizeof(float));
-        size_t ride = 0, lo = 0;
-        if (t->nwire < t->nbuckets) {
-            lo = t->lo[t->nbuckets - 1];
-            ride = t->hi[t->nbuckets - 1] - lo;
-            if (!tail_down)
-                ops->download(rider, g + lo, ride * sizeof(float));
-        }
-        void *treq = NULL;
-        DT_TRY(c->allreduce_start(c->ctx, t->tail, ns + 4 + t->nms + ride, &treq, err));
-        pulse(t, DT_TRAIN_COMM);
-        for (size_t k = 0; k < t->nwire; k++)
-            DT_TRY(c->wait(c->ctx, t->reqs[k], err));
-        DT_TRY(c->wait(c->ctx, treq, err));
-        pulse(t, DT_TRAIN_WORK);
-        ops->upload(g + lo, rider, ride * sizeof(float));
-        for (size_t k = 0; t->hg && k < t->nwire; k++)
-            ops->upload(g + t->lo[k], t->hg + t->lo[k], (t->hi[k] - t->lo[k]) * sizeof(float));
-        /* the same sum on every replica, times the same factor: still bit-identical */
-        float inv = 1.0f / (float)c->world;
-        for (size_t i = 0; i < ns; i++)
-            t->tail[i] *= inv;
-        ops->upload(state, t->tail, ns * sizeof(float));
-    }
-    t->comm = NULL;
-    double t2 = dt_wall_s();
-    if (split) {
-        double busy1[2];
-        c->busy(c->ctx, &busy1[0], &busy1[1]);
-        t->phase.in_host += busy1[0] - busy0[0];
-        t->phase.ring += busy1[1] - busy0[1];
-        t->phase.split = true;
-    }
-    if (!updated) {
-        DT_TRY(dt_optim_step(t->opt, err));
-        const dt_nn_ops *ops = dt_model_ops(t->m);
-        char msg[512];
-        if (ops->sync && ops->sync(msg, sizeof msg) != 0) /* a device's kernels fail only here */
-            return dt_err_set(err, DT_EIO, "%s: %s", ops->name, msg);
-    }
-    t->phase.compute += t1 - t0;
-    t->phase.wait += t2 - t1;
-    t->phase.update += dt_wall_s() - t2;
-    step->loss = mv[0];
-    step->correct = mv[1];
-    step->n = mv[2];
-    for (size_t i = 0; i < t->nms; i++)
-        t->mstep[i] = mv[4 + i];
-    *stop = mv[3] > 0;
-    return DT_OK;
-}
-
-static dt_status validate_epoch(dt_trainer *t, const dt_train_comm *c, int64_t epoch, sums *out,
-                                dt_err *err)
-{
-    double loss = 0, correct = 0, n = 0;
-    memset(t->mval, 0, t->nms * sizeof *t->mval);
-    DT_TRY(dt_pipeline_epoch_begin(t->pv, epoch, err));
-    for (;;) {
-        const dt_batch *b;
-        DT_TRY(dt_pipeline_next(t->pv, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
-        if (!b)
-            break;
-        if (b->n == 0)
-            continue;
-        dt_model_batch mb = {.x = b->x, .labels = b->y_i32, .targets = b->y_f32, .n = b->n};
-        dt_step_stats s;
-        DT_TRY(dt_model_evaluate(t->m, &t->loss, &mb, &s, err));
-        loss += s.loss * b->n;
-        correct += round(s.accuracy * b->n);
-        n += b->n;
-        dt__train_metrics_update(t->spec, dt_model_last_predictions(t->m),
-                                 (int)dt_model_output_size(t->m), b->y_f32, b->y_i32, b->n,
-                                 t->mval);
-    }
-    /* the step's tail buffer is free between steps and holds 3 + nms floats */
-    float *v = t->tail;
-    v[0] = (float)loss;
-    v[1] = (float)correct;
-    v[2] = (float)n;
-    for (size_t i = 0; i < t->nms; i++)
-        v[3 + i] = (float)t->mval[i];
-    pulse(t, DT_TRAIN_COMM);
-    DT_TRY(allreduce(c, v, 3 + t->nms, err));
-    pulse(t, DT_TRAIN_WORK);
-    out->loss = v[0];
-    out->correct = v[1];
-    out->n = v[2];
-    for (size_t i = 0; i < t->nms; i++)
-        t->mval[i] = v[3 + i];
+    dt__train_pulse(t, DT_TRAIN_WORK);
     return DT_OK;
 }
 
@@ -992,7 +509,7 @@ static dt_status write_final(dt_trainer *t, const position *pos, dt_train_result
 {
     if (!t->opts.out_dir)
         return DT_OK;
-    pulse(t, DT_TRAIN_IO);
+    dt__train_pulse(t, DT_TRAIN_IO);
     DT_TRY(dt__train_mkdirs(t->opts.out_dir, err));
     char path[4096], ep[32], gs[32];
     if (snprintf(path, sizeof path, "%s/final.safetensors", t->opts.out_dir) >= (int)sizeof path)
@@ -1093,10 +610,10 @@ static dt_status epoch_callbacks(dt_trainer *t, const dt_train_epoch_info *ei, b
             snprintf(ep, sizeof ep, "%d", e + 1);
             const char *meta[] = {"format",    "dtrain-weights-1", "epoch", ep,
                                   "spec_hash", t->spec->hash_hex,  NULL,    NULL};
-            pulse(t, DT_TRAIN_IO);
+            dt__train_pulse(t, DT_TRAIN_IO);
             DT_TRY(dt__train_mkdirs(t->ckpt_dir, err));
             dt_status st = dt_train_save_weights(t->m, NULL, meta, path, err);
-            pulse(t, DT_TRAIN_WORK);
+            dt__train_pulse(t, DT_TRAIN_WORK);
             if (st != DT_OK) {
                 dt_err_prefix(err, "$.fit.callbacks[%d] (ModelCheckpoint)", i);
                 return st;
@@ -1151,7 +668,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     dt__train_graphs_free(&t->graphs, t->m);
     dt__train_graphs_init(&t->graphs, t->m,
                           t->opts.no_graphs ? "the fit's no_graphs option"
-                          : distributed(c)
+                          : dt__train_distributed(c)
                               ? "several replicas reduce through the comm table between kernels"
                               : NULL);
     res->resumed = pos.resumed != 0;
@@ -1203,9 +720,9 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
         }
         if (pg->epoch_begin)
             pg->epoch_begin(pg->ctx, e, epochs, t->steps);
-        sums ep = {0};
+        dt__train_sums ep = {0};
         if (t->epsum_restored) /* resumed mid-epoch: the steps before the resume count too */
-            ep = (sums){t->epsum[0], t->epsum[1], t->epsum[2]};
+            ep = (dt__train_sums){t->epsum[0], t->epsum[1], t->epsum[2]};
         else
             memset(t->mepoch, 0, t->nms * sizeof *t->mepoch);
         t->epsum_restored = false;
@@ -1216,7 +733,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             if (pos.step < t->steps) { /* the epoch's first batch; each step puts the next */
                 const dt_batch *b0;
                 DT_TRY(dt_pipeline_next(t->p, &b0, dt_deadline_in(t->opts.data_timeout_ms), err));
-                DT_TRY(feed_put(t, b0, err));
+                DT_TRY(dt__train_put(t, b0, err));
             }
         }
         for (; pos.step < t->steps; pos.step++) {
@@ -1238,7 +755,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
                 return dt_err_set(err, DT_ESTATE,
                                   "train: the data ended at step %" PRId64 " of %" PRId64, pos.step,
                                   t->steps);
-            sums st = {0};
+            dt__train_sums st = {0};
             bool stop = false;
             /* Dropout's draws in step g come from (seed, g, rank) alone: a run resumed from a
              * checkpoint draws what an unbroken run draws, on every replica; rank 0 draws what a
@@ -1246,7 +763,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             dt_rng_seed2(dt_model_rng(t->m),
                          t->seed ^ STEP_RNG_SALT ^ (uint64_t)pos.global_step * 0x9e3779b97f4a7c15u,
                          (uint64_t)c->rank);
-            DT_TRY(run_step(t, c, b, t->feed ? &fed : NULL, &st, &stop, err));
+            DT_TRY(dt__train_run_step(t, c, b, t->feed ? &fed : NULL, &st, &stop, err));
             pos.global_step++;
             if (t->opts.pulse)
                 atomic_store(&t->opts.pulse->step, pos.global_step);
@@ -1281,7 +798,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             if (pg->step_end)
                 pg->step_end(pg->ctx, &si);
             if (chief && t->tb) {
-                pulse(t, DT_TRAIN_IO);
+                dt__train_pulse(t, DT_TRAIN_IO);
                 tb_scalar(t, "batch_loss", pos.global_step, si.batch_loss);
                 if (si.has_accuracy)
                     tb_scalar(t, "batch_accuracy", pos.global_step, st.n ? st.correct / st.n : 0);
@@ -1293,7 +810,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
                 }
                 tb_scalar(t, "learning_rate", pos.global_step, si.learning_rate);
                 tb_scalar(t, "samples_per_s", pos.global_step, si.samples_per_s);
-                pulse(t, DT_TRAIN_WORK);
+                dt__train_pulse(t, DT_TRAIN_WORK);
             }
             /* TerminateOnNaN: the batch logs' loss (the epoch's running mean, all-reduced) */
             if (on_nan && !isfinite(si.loss)) {
@@ -1346,8 +863,8 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
         };
         dt__train_metrics_values(t->spec, t->mepoch, false, t->mrun);
         if (t->pv && (e + 1) % t->spec->validation_freq == 0) {
-            sums v;
-            DT_TRY(validate_epoch(t, c, e, &v, err));
+            dt__train_sums v;
+            DT_TRY(dt__train_validate_epoch(t, c, e, &v, err));
             ei.has_val = v.n > 0;
             ei.val_loss = v.n > 0 ? v.loss / v.n : 0;
             ei.val_accuracy = v.n > 0 ? v.correct / v.n : 0;
@@ -1366,7 +883,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
         if (pg->epoch_end)
             pg->epoch_end(pg->ctx, &ei);
         if (chief && t->tb) {
-            pulse(t, DT_TRAIN_IO);
+            dt__train_pulse(t, DT_TRAIN_IO);
             tb_scalar(t, "epoch_loss", e, ei.loss);
             if (ei.has_accuracy)
                 tb_scalar(t, "epoch_accuracy", e, ei.accuracy);
@@ -1384,7 +901,7 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
             if ((t->tb && dt_tfevents_flush(t->tb, &fe) != DT_OK) ||
                 (t->tbv && dt_tfevents_flush(t->tbv, &fe) != DT_OK))
                 DT_WARN("train", "tensorboard: %s", fe.msg);
-            pulse(t, DT_TRAIN_WORK);
+            dt__train_pulse(t, DT_TRAIN_WORK);
         }
         DT_TRY(epoch_callbacks(t, &ei, &stop_training, res, err));
         /* a cut epoch is no place to resume from: it was not run to its end */
@@ -1456,7 +973,7 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
     }
     if (t->opts.pulse) {
         dt_model_set_beat(t->m, &t->opts.pulse->beat_ms);
-        pulse(t, DT_TRAIN_WORK);
+        dt__train_pulse(t, DT_TRAIN_WORK);
     }
     dt_status st = dt__train_feed_open(dt_model_ops(t->m), t->train, dt_pipeline_local_batch(t->p),
                                        &t->feed, err);
@@ -1466,7 +983,7 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
     t->feed = NULL;
     for (int i = 0; i < DT_JOBSPEC_MAX_CALLBACKS; i++)
         dt__train_csv_close(&t->csv[i]);
-    pulse(t, DT_TRAIN_IDLE);
+    dt__train_pulse(t, DT_TRAIN_IDLE);
     dt_model_set_beat(t->m, NULL);
     t->comm = NULL;
     res->weights_hash = dt_train_weights_hash(t->m);

@@ -6,6 +6,7 @@
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "train/train.h"
+#include "io/tfevents.h"
 
 #include <stdio.h>
 
@@ -189,5 +190,112 @@ void dt__train_csv_close(dt__train_csv *c);
 
 /* mkdir -p. */
 dt_status dt__train_mkdirs(const char *dir, dt_err *err);
+
+/* fit's state of one replica (fit.c sets it up and runs the epochs; step.c runs each step). */
+struct dt_trainer {
+    const dt_jobspec *spec; /* borrowed */
+    dt_train_opts opts;
+    dt_model *m;
+    dt_loss loss;
+    dt_optim_cfg cfg;
+    dt_optim *opt;
+    dt_data_spec ds;
+    dt_dataset *train, *val;
+    dt_pipeline *p, *pv;
+    int64_t steps;  /* per epoch, as run */
+    char *ckpt_dir; /* chief's checkpoint dir, or NULL */
+    uint64_t seed;
+
+    /* Fusion buckets over the grads buffer, last layers first: bucket k is
+     * [lo[k], hi[k]) and lo strictly decreases with k. */
+    size_t *lo, *hi;
+    size_t nbuckets;
+    size_t nwire; /* buckets that go out on their own; the last one rides in the tail when small */
+    /* The step in flight (set by run_step for the grad-ready hook). */
+    const dt_train_comm *comm;
+    void **reqs;
+    size_t started;
+    dt_status hook_st;
+    dt_err hook_err;
+    /* (state size + 4 + the last bucket when it rides along): moving statistics, metrics and
+     * the first layers' gradients of one step, in one all-reduce after backward. */
+    float *tail;
+    /* When the ops' memory is a device's (a GPU), the ring cannot read the grads: each bucket
+     * is downloaded into this host mirror (np floats), all-reduced there and uploaded back;
+     * bcast stages broadcasts of device buffers. NULL on the CPU, where the ring reads the
+     * model's own buffers. */
+    float *hg, *bcast;
+    /* The compiled metrics' sums (spec->nmetrics metrics, nms doubles each): this step's (after
+     * the all-reduce), the epoch's so far, and a validation's; their values as reported. */
+    size_t nms;
+    double *mstep, *mepoch, *mval;
+    dt_train_metric mrun[DT_JOBSPEC_MAX_METRICS], mvalout[DT_JOBSPEC_MAX_METRICS];
+
+    /* Where an epoch's steps spend their time (the first step of an epoch left out: it warms
+     * caches and pages), logged at the epoch's end: the exposed wait is the all-reduce time
+     * that backward did not hide. Seconds, summed over n steps. */
+    struct {
+        double data, compute, wait, update;
+        double ahead; /* the first bucket's start to the end of backward: the overlap window */
+        /* comm.busy's in-host and host-ring time within the steps (split: comm.busy given);
+         * they overlap backward and the wait, and each other (bucket k on the ring while
+         * bucket k+1 is reduced in the host) */
+        double in_host, ring;
+        bool split;
+        int64_t n;
+    } phase;
+    double first_start; /* when this step's first bucket was started */
+    int64_t phase_at;   /* dt_now_ms() of the last pulse phase change */
+
+    dt_tfevents *tb, *tbv; /* TensorBoard's train and validation runs (chief) */
+    float *cw;             /* $.fit.class_weight: this batch's sample weights */
+    /* The device feed (feed.c; NULL: batches are uploaded inside their step) and whether the
+     * step in progress should fetch and put the next one. Made by dt_train_fit on its thread. */
+    dt__train_feed *feed;
+    bool feed_ahead;
+    /* LearningRateScheduler objects, parsed once */
+    dt_optim_schedule lrs[DT_JOBSPEC_MAX_CALLBACKS];
+    int cw_cap;
+
+    /* $.fit.callbacks: each one's direction (+1 larger is better), its state, and for
+     * EarlyStopping's restore_best_weights the best epoch's params + state (np + ns floats). */
+    int cbdir[DT_JOBSPEC_MAX_CALLBACKS];
+    dt__train_cb_state cb[DT_JOBSPEC_MAX_CALLBACKS];
+    float *cbbest[DT_JOBSPEC_MAX_CALLBACKS];
+    bool on_nan;                                 /* a TerminateOnNaN is among them */
+    dt__train_csv csv[DT_JOBSPEC_MAX_CALLBACKS]; /* CSVLogger's files (chief) */
+    /* The epoch's sums so far (loss, correct, n; the metrics' in mepoch), kept in checkpoints
+     * so that an epoch resumed mid-way logs what the unbroken epoch logs, and the callbacks
+     * decide alike; epsum_restored when a resume brought them. */
+    double epsum[3];
+    bool epsum_restored;
+    double resume_lr; /* a resumed checkpoint's learning rate (ReduceLROnPlateau), else NaN */
+    dt__train_graphs graphs; /* CUDA graphs of the step (graph.c), set up by fit */
+};
+
+/* step.c: one replica's step. */
+typedef struct dt__train_sums {
+    double loss, correct, n;
+} dt__train_sums;
+/* A phase change of opts.pulse; a stretch of own work that ends here may raise slowest_ms. */
+void dt__train_pulse(dt_trainer *t, dt_train_doing d);
+/* More than one replica and a comm that all-reduces. */
+bool dt__train_distributed(const dt_train_comm *c);
+/* The fusion buckets over the grads (cut at layer boundaries, the same on every replica) and
+ * the step's tail buffer. */
+dt_status dt__train_plan_buckets(dt_trainer *t, dt_err *err);
+/* The model's grad-ready hook (ctx: the trainer): starts every bucket lying above offset. */
+void dt__train_on_grad_ready(void *ctx, size_t offset);
+/* Puts b (NULL: the data ended, nothing to put) in the feed with its class weights. */
+dt_status dt__train_put(dt_trainer *t, const dt_batch *b, dt_err *err);
+/* One synchronous step of b (fed: its device copies from the feed, or NULL to upload b in the
+ * step): *step gets the all-reduced loss * n, correct and n, t->mstep the metrics' sums, and
+ * *stop is set when some replica asked to cancel. */
+dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch *b,
+                             const dt_model_batch *fed, dt__train_sums *step, bool *stop,
+                             dt_err *err);
+/* A validation over this replica's share of the validation split, the sums all-reduced. */
+dt_status dt__train_validate_epoch(dt_trainer *t, const dt_train_comm *c, int64_t epoch,
+                                   dt__train_sums *out, dt_err *err);
 
 #endif
