@@ -440,6 +440,16 @@ static dt_status clique_wait(void *ctx, void *req, dt_err *err)
     return DT_OK;
 }
 
+/* The step's metrics and validation's sums (host memory) go through the in-host comm, as CPU
+ * replicas' do: NCCL would stage them through the device and wait for it. */
+static dt_status clique_allreduce_host(void *ctx, float *buf, size_t n, dt_err *err)
+{
+    replica *r = ctx;
+    void *req = NULL;
+    DT_TRY(hier_allreduce_start(&r->hc, buf, n, &req, err));
+    return hier_wait(&r->hc, req, err);
+}
+
 static dt_status clique_broadcast(void *ctx, void *buf, size_t bytes, int root, dt_err *err)
 {
     replica *r = ctx;
@@ -477,7 +487,9 @@ static void *replica_fit(void *arg)
                                .allreduce_start = clique_allreduce_start,
                                .wait = clique_wait,
                                .broadcast = clique_broadcast,
-                               .device_buffers = true};
+                               .device_buffers = true,
+                               .stream_ordered = true,
+                               .allreduce_host = clique_allreduce_host};
     r->st = dt_train_fit(r->tr, &comm, &r->res, &r->err);
     /* Siblings blocked in an in-host collective and the other tasks' rings learn the cause
      * now rather than at a deadline (a cancel stops every replica after the same step). */

@@ -190,6 +190,8 @@ void dt_train_free(dt_trainer *t)
     dt_dataset_free(t->val);
     dt_data_spec_destroy(&t->ds);
     dt__train_graphs_free(&t->graphs, t->m);
+    if (t->inv_world)
+        dt_model_ops(t->m)->free(t->inv_world);
     if (t->tail)
         dt_model_ops(t->m)->host_free(t->tail);
     if (t->hg)
@@ -663,13 +665,15 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     const dt_train_progress *pg = &t->opts.progress;
     position pos;
     DT_TRY(sync_start(t, c, &pos, err));
-    /* Replicas that reduce through the comm table run host code between the step's kernels
-     * (the host ring's downloads and calls; NCCL on the comm's own thread): they stay eager. */
+    DT_TRY(dt__train_step_setup(t, c, err));
+    /* Replicas that reduce through host memory run host code between the step's kernels (the
+     * host ring's downloads and calls): they stay eager. NCCL's collectives queue on the
+     * stream, where a capture takes them with the kernels. */
     dt__train_graphs_free(&t->graphs, t->m);
     dt__train_graphs_init(&t->graphs, t->m,
                           t->opts.no_graphs ? "the fit's no_graphs option"
-                          : dt__train_distributed(c)
-                              ? "several replicas reduce through the comm table between kernels"
+                          : dt__train_distributed(c) && !t->dev_comm
+                              ? "several replicas all-reduce through host memory between kernels"
                               : NULL);
     res->resumed = pos.resumed != 0;
     res->resumed_step = pos.global_step;

@@ -11,10 +11,14 @@
  *      the graph is launched;
  *   3. from then on a step of that size is its host half and one graph launch.
  * The step's end (dt_model_train_end: one download of the step's numbers, one sync) stays
- * outside the graph. Short batches (an epoch's last) always run eagerly. A capture that fails
- * (something in the step allocated, synchronised or uploaded pageable memory) turns graphs off
- * for the model with the reason logged, and the step runs eagerly from its fed state, so its
- * result is the one it would have had.
+ * outside the graph. With several replicas on one host's GPUs the gradients' and moving
+ * statistics' all-reduces (NCCL, queued on the same stream) are captured with the kernels
+ * between backward and the update; every replica captures and replays its own graph, and a
+ * replayed collective meets its siblings' whether they replay or run eagerly (NCCL matches
+ * collectives by their order on the communicator). Short batches (an epoch's last) always run
+ * eagerly. A capture that fails (something in the step allocated, synchronised or uploaded pageable
+ * memory) turns graphs off for the model with the reason logged, and the step runs eagerly from its
+ * fed state, so its result is the one it would have had.
  */
 #include "core/log.h"
 #include "train/train_internal.h"
@@ -63,12 +67,15 @@ static void turn_off(dt__train_graphs *gs, const char *why)
     DT_WARN("train", "CUDA graphs off, the steps run eagerly: %s", gs->why);
 }
 
-/* The device half of a step: forward, loss, backward, then the optimizer (its prepared update
- * when fed). */
+/* The device half of a step: forward, loss, backward, the replicas' collectives when there are
+ * several (queued on this thread's stream, so a capture records them with the kernels), then
+ * the optimizer (its prepared update when fed). */
 static dt_status device_half(dt_model *m, dt_optim *o, const dt_loss *loss, const dt_model_batch *b,
-                             int global_batch, bool fed, dt_err *err)
+                             int global_batch, bool fed, const dt__train_reduce *r, dt_err *err)
 {
     DT_TRY(dt_model_train_begin(m, loss, b, global_batch, err));
+    if (r)
+        DT_TRY(r->fn(r->ctx, err));
     if (fed)
         dt_optim_apply(o);
     else
@@ -77,7 +84,8 @@ static dt_status device_half(dt_model *m, dt_optim *o, const dt_loss *loss, cons
 }
 
 dt_status dt__train_graph_step(dt__train_graphs *gs, dt_model *m, dt_optim *o, const dt_loss *loss,
-                               const dt_model_batch *b, int global_batch, bool full, dt_err *err)
+                               const dt_model_batch *b, int global_batch, bool full,
+                               const dt__train_reduce *r, dt_err *err)
 {
     const dt_nn_ops *ops = dt_model_ops(m);
     if (dt_model_graph_gen(m) != gs->gen) { /* the buffers the graphs use were reallocated */
@@ -93,7 +101,7 @@ dt_status dt__train_graph_step(dt__train_graphs *gs, dt_model *m, dt_optim *o, c
         if (gs->on && full && gs->n < DT__TRAIN_GRAPHS)
             gs->s[gs->n++] = (dt__train_graph){.n = b->n, .weighted = w};
         gs->eager++;
-        return device_half(m, o, loss, b, global_batch, false, err);
+        return device_half(m, o, loss, b, global_batch, false, r, err);
     }
     DT_TRY(dt_model_graph_feed(m, loss, b, global_batch, err));
     DT_TRY(dt_optim_prepare(o, err));
@@ -103,7 +111,7 @@ dt_status dt__train_graph_step(dt__train_graphs *gs, dt_model *m, dt_optim *o, c
         if (ops->graph_begin(msg, sizeof msg) != 0) {
             turn_off(gs, msg);
         } else {
-            dt_status st = device_half(m, o, loss, b, global_batch, true, err);
+            dt_status st = device_half(m, o, loss, b, global_batch, true, r, err);
             void *g = NULL;
             int rc = ops->graph_end(&g, msg, sizeof msg);
             if (st != DT_OK) {
@@ -127,7 +135,7 @@ dt_status dt__train_graph_step(dt__train_graphs *gs, dt_model *m, dt_optim *o, c
         }
         if (!s->graph) { /* nothing ran: the fed step, eagerly */
             gs->eager++;
-            DT_TRY(device_half(m, o, loss, b, global_batch, true, err));
+            DT_TRY(device_half(m, o, loss, b, global_batch, true, r, err));
             dt_optim_advance(o);
             return DT_OK;
         }

@@ -220,6 +220,65 @@ static dt_status feed_next(dt_trainer *t, dt_err *err)
 }
 
 /* fed: b's model batch from the feed (its device copies), or NULL to upload b in the step. */
+/* The collectives of a step whose comm queues them on this thread's stream (several replicas
+ * on one host's GPUs, NCCL), between backward and the update: the buckets the grad-ready hook
+ * has not started, then BatchNormalization's moving statistics, summed and scaled in place. They
+ * are device work like the kernels around them, so a CUDA graph captures the step whole. */
+static dt_status reduce_on_device(void *ctx, dt_err *err)
+{
+    dt_trainer *t = ctx;
+    const dt_train_comm *c = t->comm;
+    if (t->hook_st != DT_OK) {
+        *err = t->hook_err;
+        return t->hook_st;
+    }
+    while (t->started < t->nbuckets)
+        DT_TRY(start_bucket(t, err));
+    size_t ns;
+    float *state = dt_model_state(t->m, &ns);
+    if (ns > 0) {
+        void *req = NULL;
+        DT_TRY(c->allreduce_start(c->ctx, state, ns, &req, err));
+        DT_TRY(c->wait(c->ctx, req, err));
+        /* the same sum on every replica, times the same factor (the host path's float multiply):
+         * still bit-identical */
+        dt_model_ops(t->m)->mul(ns, state, t->inv_world, state, false);
+    }
+    for (size_t k = 0; k < t->started; k++)
+        DT_TRY(c->wait(c->ctx, t->reqs[k], err));
+    return DT_OK;
+}
+
+dt_status dt__train_step_setup(dt_trainer *t, const dt_train_comm *c, dt_err *err)
+{
+    const dt_nn_ops *ops = dt_model_ops(t->m);
+    t->dev_comm = dt__train_distributed(c) && c->device_buffers && c->stream_ordered;
+    if (t->inv_world) {
+        ops->free(t->inv_world);
+        t->inv_world = NULL;
+    }
+    size_t ns;
+    dt_model_state(t->m, &ns);
+    if (!t->dev_comm || ns == 0)
+        return DT_OK;
+    t->inv_world = ops->alloc(ns * sizeof(float));
+    if (!t->inv_world)
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory for %zu floats", ops->name, ns);
+    ops->fill(ns, 1.0f / (float)c->world, t->inv_world);
+    return DT_OK;
+}
+
+/* A blocking all-reduce of the host buffer buf: through the comm's host path when it has one
+ * (a device comm would stage it through the GPU and wait for that). */
+static dt_status allreduce_host(const dt_train_comm *c, float *buf, size_t n, dt_err *err)
+{
+    if (!dt__train_distributed(c) || n == 0)
+        return DT_OK;
+    if (c->allreduce_host)
+        return c->allreduce_host(c->ctx, buf, n, err);
+    return allreduce(c, buf, n, err);
+}
+
 dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch *b,
                              const dt_model_batch *fed, dt__train_sums *step, bool *stop,
                              dt_err *err)
@@ -232,11 +291,14 @@ dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_bat
     dt_step_stats s = {0};
     double t0 = dt_wall_s(), busy0[2] = {0, 0};
     bool split = c->busy && dt__train_distributed(c);
-    /* One replica: the update is queued behind the step before the model's end, so the whole step
-     * (forward, backward, clipping, update) costs the one host synchronisation of that end. With
-     * several, the loss and metrics ride the all-reduce: the end comes first (the moving
-     * statistics and the riding bucket downloaded behind its sync), the update after, then a
-     * sync of its own; a ring in host memory downloads each bucket as backward finishes it. */
+    /* One replica, or several whose collectives queue on the device's stream (dev_comm): the
+     * whole step (forward, backward, the collectives, clipping, update) is queued before the
+     * model's end and costs the one host synchronisation of that end; only the loss and metrics
+     * then cross host memory. Several on a host ring: the loss and metrics ride the all-reduce,
+     * so the end comes first (the moving statistics and the riding bucket downloaded behind its
+     * sync), the update after, then a sync of its own; the ring downloads each bucket as
+     * backward finishes it. */
+    bool host_ring = dt__train_distributed(c) && !t->dev_comm;
     bool updated = false, tail_down = false;
     size_t ns;
     float *state = dt_model_state(t->m, &ns);
@@ -257,13 +319,14 @@ dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_bat
         /* The model scales by 1/global batch; global_n is the step's true count on all replicas,
          * so short last steps average over what they really hold. */
         dt_model_keep_predictions(t->m, t->nms > 0);
-        if (!dt__train_distributed(c)) {
+        if (!host_ring) {
             /* the whole step on this thread's device: eager, captured or replayed (graph.c);
              * only full batches are graphed, an epoch's short last one runs eagerly */
             bool full = b->n == dt_pipeline_local_batch(t->p) &&
                         b->global_n == (int64_t)t->spec->batch_size;
+            dt__train_reduce r = {.fn = reduce_on_device, .ctx = t};
             DT_TRY(dt__train_graph_step(&t->graphs, t->m, t->opt, &t->loss, &mb, (int)b->global_n,
-                                        full, err));
+                                        full, t->dev_comm ? &r : NULL, err));
             updated = true;
         } else {
             DT_TRY(dt_model_train_begin(t->m, &t->loss, &mb, (int)b->global_n, err));
@@ -280,9 +343,9 @@ dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_bat
             DT_TRY(feed_next(t, err));
         st = dt_model_train_end(t->m, &s, err);
         /* The model refuses a non-finite loss at the step's end, with the step's figures set
-         * (and, with one replica, the update applied: the job fails). With TerminateOnNaN the
-         * step goes on instead, so that every replica learns of it through the all-reduced loss
-         * and stops after the same batch, as Keras does. */
+         * (and, with the update queued before the end, applied: the job fails). With
+         * TerminateOnNaN the step goes on instead, so that every replica learns of it through
+         * the all-reduced loss and stops after the same batch, as Keras does. */
         if (st == DT_EINVAL && t->on_nan && !isfinite(s.loss))
             st = DT_OK;
         DT_TRY(st);
@@ -293,6 +356,11 @@ dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_bat
     } else {
         memset(t->mstep, 0, t->nms * sizeof *t->mstep);
         dt_model_ops(t->m)->fill(np, 0.0f, g); /* no examples: contribute nothing, still join */
+        if (t->dev_comm) {
+            DT_TRY(reduce_on_device(t, err));
+            DT_TRY(dt_optim_step(t->opt, err));
+            updated = true;
+        }
         if (t->feed)
             DT_TRY(feed_next(t, err));
     }
@@ -301,7 +369,8 @@ dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_bat
         return t->hook_st;
     }
     /* The step's small collective: BatchNormalization's moving statistics and the metrics, in
-     * one all-reduce started right behind the last gradient bucket (one round trip, not two). */
+     * one all-reduce started right behind the last gradient bucket (one round trip, not two);
+     * with dev_comm the statistics were summed on the device and the metrics go alone. */
     double t1 = dt_wall_s();
     if (t->started > 0)
         t->phase.ahead += t1 - t->first_start;
@@ -314,7 +383,7 @@ dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_bat
     /* the metrics' sums: counts stay exact in float32 up to 2^24 a step */
     for (size_t i = 0; i < t->nms; i++)
         mv[4 + i] = (float)t->mstep[i];
-    if (dt__train_distributed(c)) {
+    if (host_ring) {
         while (t->started < t->nwire)
             DT_TRY(start_bucket(t, err));
         const dt_nn_ops *ops = dt_model_ops(t->m);
@@ -342,6 +411,10 @@ dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_bat
         for (size_t i = 0; i < ns; i++)
             t->tail[i] *= inv;
         ops->upload(state, t->tail, ns * sizeof(float));
+    } else if (t->dev_comm) {
+        dt__train_pulse(t, DT_TRAIN_COMM);
+        DT_TRY(allreduce_host(c, mv, 4 + t->nms, err));
+        dt__train_pulse(t, DT_TRAIN_WORK);
     }
     t->comm = NULL;
     double t2 = dt_wall_s();
@@ -352,8 +425,9 @@ dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_bat
         t->phase.ring += busy1[1] - busy0[1];
         t->phase.split = true;
     }
-    if (!updated) {
+    if (!updated)
         DT_TRY(dt_optim_step(t->opt, err));
+    if (!updated || b->n == 0) { /* else the model's end synchronised behind the update */
         const dt_nn_ops *ops = dt_model_ops(t->m);
         char msg[512];
         if (ops->sync && ops->sync(msg, sizeof msg) != 0) /* a device's kernels fail only here */
@@ -402,7 +476,7 @@ dt_status dt__train_validate_epoch(dt_trainer *t, const dt_train_comm *c, int64_
     for (size_t i = 0; i < t->nms; i++)
         v[3 + i] = (float)t->mval[i];
     dt__train_pulse(t, DT_TRAIN_COMM);
-    DT_TRY(allreduce(c, v, 3 + t->nms, err));
+    DT_TRY(allreduce_host(c, v, 3 + t->nms, err));
     dt__train_pulse(t, DT_TRAIN_WORK);
     out->loss = v[0];
     out->correct = v[1];

@@ -34,6 +34,11 @@
  *      any replica stops every replica after the same step, so a cancel never leaves a peer
  *      waiting in a collective;
  *   5. after every wait, the optimizer update.
+ * With a comm whose collectives queue on the device's stream (stream_ordered: an NCCL clique of
+ * one host's GPUs) steps 3-5 are device work: the buckets, then the moving statistics (scaled on
+ * the device), then the update, all queued before the step's one host synchronisation, and a
+ * CUDA graph may capture the step whole; only the metrics of step 4 cross host memory
+ * (allreduce_host).
  * Validation every fit.validation_freq epochs is split across replicas the same way (DATA
  * sharding of the validation split) and its sums all-reduced.
  *
@@ -110,6 +115,16 @@ typedef struct dt_train_comm {
      * (NCCL), as well as host memory; fit then hands its buffers over as they are. false: host
      * memory only, so a device backend's gradients cross through host mirrors. */
     bool device_buffers;
+    /* With device_buffers: allreduce_start on device memory only queues the collective on the
+     * calling thread's stream (a GPU's NCCL) and wait does nothing more. fit then keeps the
+     * whole step on the device (the buckets, the moving statistics, the update), so that it
+     * costs one host synchronisation and may be captured into a CUDA graph; only the step's
+     * metrics cross host memory. */
+    bool stream_ordered;
+    /* Optional: a blocking SUM all-reduce of host memory that passes through no device (the
+     * step's metrics and validation's sums); NULL: allreduce_start and wait. The result must be
+     * bitwise identical on every rank. */
+    dt_status (*allreduce_host)(void *ctx, float *buf, size_t n, dt_err *err);
 } dt_train_comm;
 
 /* A comm for a single process (world 1): all-reduce and broadcast do nothing. */

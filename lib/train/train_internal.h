@@ -24,8 +24,8 @@ dt_status dt__train_mem_reserve(uint64_t bytes, dt_err *err);
 void dt__train_mem_release(uint64_t bytes);
 
 /* graph.c: CUDA graphs of fit's step, one per batch size (and with or without sample
- * weights), DT__TRAIN_GRAPHS at most. Used only where one replica's step runs on this thread's
- * device without collectives in it. */
+ * weights), DT__TRAIN_GRAPHS at most. Used where the whole step runs on this thread's device:
+ * one replica, or several whose collectives are queued on its stream (NCCL). */
 #define DT__TRAIN_GRAPHS 4
 typedef struct dt__train_graph {
     int n;
@@ -44,12 +44,20 @@ typedef struct dt__train_graphs {
  * graphed (dt_model_graph_fit) leaves them off, with why. */
 void dt__train_graphs_init(dt__train_graphs *gs, dt_model *m, const char *off);
 void dt__train_graphs_free(dt__train_graphs *gs, dt_model *m);
-/* Queues one step (forward, loss, backward, the optimizer's update) of b: eagerly (graphs off,
+/* The collectives of a step between backward and the update (several replicas): fn queues
+ * them on this thread's stream, where a capture records them. */
+typedef struct dt__train_reduce {
+    dt_status (*fn)(void *ctx, dt_err *err);
+    void *ctx;
+} dt__train_reduce;
+/* Queues one step (forward, loss, backward, r's collectives when r is not NULL, the
+ * optimizer's update) of b: eagerly (graphs off,
  * a batch that is not full, the first of its size), by capturing it into a graph and launching
  * that, or by launching the graph of its size. The caller then ends the step
  * (dt_model_train_end). */
 dt_status dt__train_graph_step(dt__train_graphs *gs, dt_model *m, dt_optim *o, const dt_loss *loss,
-                               const dt_model_batch *b, int global_batch, bool full, dt_err *err);
+                               const dt_model_batch *b, int global_batch, bool full,
+                               const dt__train_reduce *r, dt_err *err);
 
 /* feed.c: fit's device feed. Batch k + 1 goes to the device on the copy stream (put, after
  * step k is queued) while step k computes; take hands step k + 1 its device copies after the
@@ -271,6 +279,11 @@ struct dt_trainer {
     bool epsum_restored;
     double resume_lr; /* a resumed checkpoint's learning rate (ReduceLROnPlateau), else NaN */
     dt__train_graphs graphs; /* CUDA graphs of the step (graph.c), set up by fit */
+    /* The comm queues its collectives on this thread's stream (dt_train_comm.stream_ordered):
+     * the step's collectives run on the device, the moving statistics scaled by inv_world
+     * (state-size floats of 1 / world in device memory; NULL without state). */
+    bool dev_comm;
+    float *inv_world;
 };
 
 /* step.c: one replica's step. */
@@ -294,6 +307,8 @@ dt_status dt__train_put(dt_trainer *t, const dt_batch *b, dt_err *err);
 dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_batch *b,
                              const dt_model_batch *fed, dt__train_sums *step, bool *stop,
                              dt_err *err);
+/* Sets up the step for comm c (fit's start): dev_comm and inv_world. */
+dt_status dt__train_step_setup(dt_trainer *t, const dt_train_comm *c, dt_err *err);
 /* A validation over this replica's share of the validation split, the sums all-reduced. */
 dt_status dt__train_validate_epoch(dt_trainer *t, const dt_train_comm *c, int64_t epoch,
                                    dt__train_sums *out, dt_err *err);

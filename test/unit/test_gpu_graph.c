@@ -504,7 +504,7 @@ static float *sizes_run(const dt_nn_ops *g, bool on, dt__train_graphs *gs, doubl
     for (int s = 0; s < 7; s++) {
         nn_data d = nn_random(m, sizes[s], loss.kind, 50 + (uint64_t)s);
         dt_model_batch b = nn_batch(&d, loss.kind);
-        ASSERT_OK(dt__train_graph_step(gs, m, o, &loss, &b, 16, true, &err), &err);
+        ASSERT_OK(dt__train_graph_step(gs, m, o, &loss, &b, 16, true, NULL, &err), &err);
         dt_step_stats st;
         ASSERT_OK(dt_model_train_end(m, &st, &err), &err);
         losses[s] = st.loss;
