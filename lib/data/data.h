@@ -443,11 +443,15 @@ typedef struct dt_pipeline_opts {
     uint64_t seed;
     int prefetch;        /* batches read ahead on the prefetch thread; 0 = no thread */
     bool drop_remainder; /* only steps that are full on every replica */
+    /* Batches without their features (x NULL): the rows' indices, labels and targets only, for
+     * a consumer that holds the decoded set elsewhere (fit's feed with the set on the device
+     * gathers x there by index). The order, sharding and every other field are the same. */
+    bool no_x;
 } dt_pipeline_opts;
 
 /* One step's input on one replica. x rows [0, n) are valid; n may be 0 near an epoch's end. */
 typedef struct dt_batch {
-    float *x;         /* (local_batch, x_size) float32, first n rows valid */
+    float *x;         /* (local_batch, x_size) float32, first n rows valid; NULL: opts.no_x */
     int32_t *y_i32;   /* (local_batch) sparse labels, or NULL */
     float *y_f32;     /* (local_batch, y_size) float labels, or NULL */
     size_t *index;    /* (local_batch) dataset index of each row */

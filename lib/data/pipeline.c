@@ -109,8 +109,10 @@ static void fill_step(dt_pipeline *p, int64_t s, int64_t epoch)
         if (row == SIZE_MAX)
             continue;
         int i = held++;
-        float *dst = bt->x + (size_t)i * xs; /* (xs) */
-        if (ds->x_u8) {
+        float *dst = bt->x ? bt->x + (size_t)i * xs : NULL; /* (xs) */
+        if (!dst) {
+            /* no_x: the consumer gathers the decoded row by index */
+        } else if (ds->x_u8) {
             const uint8_t *src = ds->x_u8 + row * xs;
             float sc = ds->x_scale;
             for (size_t k = 0; k < xs; k++)
@@ -269,9 +271,10 @@ dt_status dt_pipeline_new(const dt_dataset *ds, const dt_pipeline_opts *opts, dt
         goto oom;
     for (int i = 0; i < p->nslots; i++) {
         dt_batch *bt = &p->slots[i];
-        bt->x = malloc((size_t)p->b * (ds->x_size ? ds->x_size : 1) * sizeof(float));
-        bt->index = malloc((size_t)p->b * sizeof(size_t));
-        if (!bt->x || !bt->index)
+        if (!o.no_x &&
+            !(bt->x = malloc((size_t)p->b * (ds->x_size ? ds->x_size : 1) * sizeof(float))))
+            goto oom;
+        if (!(bt->index = malloc((size_t)p->b * sizeof(size_t))))
             goto oom;
         if (ds->y_kind == DT_LABEL_INT32 && !(bt->y_i32 = malloc((size_t)p->b * 4)))
             goto oom;

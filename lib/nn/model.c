@@ -1265,8 +1265,8 @@ const float *dt_model_last_predictions(const dt_model *m)
     return m->host_pred; /* the step's end downloads them with its stats */
 }
 
-dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
-                            dt_step_stats *stats, dt_err *err)
+dt_status dt_model_evaluate_begin(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                                  dt_err *err)
 {
     DT_TRY(check_batch(m, b, loss, err));
     DT_TRY(reserve(m, b->n, err));
@@ -1275,9 +1275,21 @@ dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_model_bat
     queue_hits(m, loss, b);
     for (int i = 1; i < m->g.n; i++)
         layer_regularize(m, &m->g.layers[i], 0.0f);
+    return DT_OK;
+}
+
+dt_status dt_model_evaluate_end(dt_model *m, dt_step_stats *stats, dt_err *err)
+{
     bool drop = m->drop_pred;
     m->drop_pred = false; /* evaluation's metrics always read them */
     dt_status st = finish(m, stats, false, err);
     m->drop_pred = drop;
     return st;
+}
+
+dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                            dt_step_stats *stats, dt_err *err)
+{
+    DT_TRY(dt_model_evaluate_begin(m, loss, b, err));
+    return dt_model_evaluate_end(m, stats, err);
 }

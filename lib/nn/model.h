@@ -256,8 +256,17 @@ dt_status dt_model_predict(dt_model *m, const float *x, int n, float *out, dt_er
  * memory owned by the model: valid until the model's next call. Compiled metrics read them. */
 const float *dt_model_last_predictions(const dt_model *m);
 
-/* Loss and accuracy of a batch in inference mode, without gradients (evaluate). */
+/* Loss and accuracy of a batch in inference mode, without gradients (evaluate). The batch may
+ * come with device copies as a training step's does (x_dev, labels_dev, targets_dev). */
 dt_status dt_model_evaluate(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
                             dt_step_stats *stats, dt_err *err);
+/* dt_model_evaluate in two halves, like a training step's: begin checks the batch and queues
+ * its forward and loss, end downloads the numbers and the predictions behind one sync. Between
+ * them the caller may queue work of its own (fit's feed uploads the next validation batch on
+ * the copy stream); every begin that returned DT_OK needs its end before the model's next
+ * call. Same bits as dt_model_evaluate. */
+dt_status dt_model_evaluate_begin(dt_model *m, const dt_loss *loss, const dt_model_batch *b,
+                                  dt_err *err);
+dt_status dt_model_evaluate_end(dt_model *m, dt_step_stats *stats, dt_err *err);
 
 #endif

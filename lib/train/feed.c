@@ -402,7 +402,7 @@ static int env_mode(const char *name)
  * no random transform: augmentation is the model's), so gathering its rows by the pipeline's
  * indices gives the host path's batches. */
 dt_status dt__train_feed_open(const dt_nn_ops *o, const dt_dataset *ds, int local_batch,
-                              dt__train_feed **out, dt_err *err)
+                              const char *what, dt__train_feed **out, dt_err *err)
 {
     *out = NULL;
     int want = env_mode("DTRAIN_FEED"), on_dev = env_mode("DTRAIN_DATA_ON_DEVICE");
@@ -421,9 +421,8 @@ dt_status dt__train_feed_open(const dt_nn_ops *o, const dt_dataset *ds, int loca
     if (st == DT_ENOMEM && on_dev < 0) /* auto: the host path still works */
         return DT_OK;
     if (st == DT_OK)
-        DT_INFO("train",
-                "the training set is on the device (%" PRIu64 " MiB), batches gathered there",
-                bytes >> 20);
+        DT_INFO("train", "the %s set is on the device (%" PRIu64 " MiB), batches gathered there",
+                what, bytes >> 20);
     else {
         dt__train_feed_free(*out);
         *out = NULL;

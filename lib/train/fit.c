@@ -43,10 +43,11 @@ static dt_status broadcast_model(dt_trainer *t, const dt_train_comm *c, float *b
 
 /* ----------------------------------------------------------------------------- setup -- */
 
-static dt_status open_pipeline(dt_trainer *t, const dt_dataset *ds, bool train, dt_pipeline **out,
-                               dt_err *err)
+static dt_status open_pipeline(dt_trainer *t, const dt_dataset *ds, bool train, bool no_x,
+                               dt_pipeline **out, dt_err *err)
 {
     dt_pipeline_opts o = dt_pipeline_opts_default();
+    o.no_x = no_x;
     o.global_batch = t->spec->batch_size;
     o.num_replicas = t->opts.world;
     o.replica_rank = t->opts.rank;
@@ -97,7 +98,7 @@ dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_tra
             dt_err_prefix(err, "$.fit");
             goto fail;
         }
-        DT_TRY_GOTO(open_pipeline(t, t->val, false, &t->pv, err), st, fail);
+        DT_TRY_GOTO(open_pipeline(t, t->val, false, false, &t->pv, err), st, fail);
     } else if (t->ds.has_validation) {
         if ((st = dt_dataset_load(&t->ds.validation, &t->val, err)) != DT_OK) {
             dt_err_prefix(err, "$.data.validation");
@@ -105,9 +106,9 @@ dt_status dt_train_new(const dt_jobspec *spec, const dt_train_opts *opts, dt_tra
         }
         DT_TRY_GOTO(dt__train_check_data(t->m, &t->loss, t->val, "$.data.validation", true, err),
                     st, fail);
-        DT_TRY_GOTO(open_pipeline(t, t->val, false, &t->pv, err), st, fail);
+        DT_TRY_GOTO(open_pipeline(t, t->val, false, false, &t->pv, err), st, fail);
     }
-    DT_TRY_GOTO(open_pipeline(t, t->train, true, &t->p, err), st, fail);
+    DT_TRY_GOTO(open_pipeline(t, t->train, true, false, &t->p, err), st, fail);
     t->steps = dt_pipeline_steps_per_epoch(t->p);
     if (spec->steps_per_epoch > 0) {
         if (spec->steps_per_epoch > t->steps)
@@ -942,6 +943,26 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     return DT_OK;
 }
 
+/* The training (or validation) pipeline as its feed wants it: without x when the feed keeps
+ * the split on the device and gathers the rows there by index (decoding them on the host too
+ * would be wasted), with x otherwise. Reopened only when that changes (the pipelines are made
+ * by dt_train_new, before the feed knows where the set goes); the batches are the same. */
+static dt_status pipeline_for_feed(dt_trainer *t, bool train, dt_err *err)
+{
+    dt__train_feed *f = train ? t->feed : t->vfeed;
+    dt_pipeline **p = train ? &t->p : &t->pv;
+    bool *off = train ? &t->p_no_x : &t->pv_no_x;
+    bool want = f && dt__train_feed_on_device(f);
+    if (want == *off)
+        return DT_OK;
+    dt_pipeline *np;
+    DT_TRY(open_pipeline(t, train ? t->train : t->val, train, want, &np, err));
+    dt_pipeline_free(*p);
+    *p = np;
+    *off = want;
+    return DT_OK;
+}
+
 dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result *res, dt_err *err)
 {
     dt_train_result local;
@@ -979,12 +1000,21 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
         dt_model_set_beat(t->m, &t->opts.pulse->beat_ms);
         dt__train_pulse(t, DT_TRAIN_WORK);
     }
-    dt_status st = dt__train_feed_open(dt_model_ops(t->m), t->train, dt_pipeline_local_batch(t->p),
+    const dt_nn_ops *ops = dt_model_ops(t->m);
+    dt_status st = dt__train_feed_open(ops, t->train, dt_pipeline_local_batch(t->p), "training",
                                        &t->feed, err);
+    if (st == DT_OK)
+        st = pipeline_for_feed(t, true, err);
+    if (st == DT_OK && t->pv)
+        st = dt__train_feed_open(ops, t->val, dt_pipeline_local_batch(t->pv), "validation",
+                                 &t->vfeed, err);
+    if (st == DT_OK && t->pv)
+        st = pipeline_for_feed(t, false, err);
     if (st == DT_OK)
         st = fit(t, comm, res, err);
     dt__train_feed_free(t->feed);
-    t->feed = NULL;
+    dt__train_feed_free(t->vfeed);
+    t->feed = t->vfeed = NULL;
     for (int i = 0; i < DT_JOBSPEC_MAX_CALLBACKS; i++)
         dt__train_csv_close(&t->csv[i]);
     dt__train_pulse(t, DT_TRAIN_IDLE);

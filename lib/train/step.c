@@ -445,22 +445,58 @@ dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_bat
     return DT_OK;
 }
 
+/* Validation's next batch, put in its feed (NULL: the data ended, nothing to put). */
+static dt_status val_put_next(dt_trainer *t, dt_err *err)
+{
+    const dt_batch *b;
+    DT_TRY(dt_pipeline_next(t->pv, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
+    return b ? dt__train_feed_put(t->vfeed, b, NULL, err) : DT_OK;
+}
+
+/* With a validation feed (t->vfeed) the batches go to the device as the training ones do:
+ * batch k + 1 is put (staged, uploaded on the copy stream) once batch k's evaluation is
+ * queued, before its sync; the figures are the host path's, bit for bit. */
 dt_status dt__train_validate_epoch(dt_trainer *t, const dt_train_comm *c, int64_t epoch,
                                    dt__train_sums *out, dt_err *err)
 {
     double loss = 0, correct = 0, n = 0;
+    dt__train_feed *f = t->vfeed;
     memset(t->mval, 0, t->nms * sizeof *t->mval);
     DT_TRY(dt_pipeline_epoch_begin(t->pv, epoch, err));
+    if (f) {
+        dt__train_feed_reset(f);
+        DT_TRY(val_put_next(t, err));
+    }
     for (;;) {
         const dt_batch *b;
-        DT_TRY(dt_pipeline_next(t->pv, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
+        dt_model_batch mb;
+        if (f) {
+            b = dt__train_feed_take(f, &mb);
+        } else {
+            DT_TRY(dt_pipeline_next(t->pv, &b, dt_deadline_in(t->opts.data_timeout_ms), err));
+            if (b)
+                mb =
+                    (dt_model_batch){.x = b->x, .labels = b->y_i32, .targets = b->y_f32, .n = b->n};
+        }
         if (!b)
             break;
+        if (b->n > 0)
+            DT_TRY(dt_model_evaluate_begin(t->m, &t->loss, &mb, err));
+        if (f) { /* this batch is queued: the next one's upload overlaps it */
+            dt__train_feed_done(f);
+            dt_status st = val_put_next(t, err);
+            if (st != DT_OK) {
+                dt_step_stats s;
+                dt_err ignored;
+                if (b->n > 0) /* the queued evaluation still ends */
+                    dt_model_evaluate_end(t->m, &s, &ignored);
+                return st;
+            }
+        }
         if (b->n == 0)
             continue;
-        dt_model_batch mb = {.x = b->x, .labels = b->y_i32, .targets = b->y_f32, .n = b->n};
         dt_step_stats s;
-        DT_TRY(dt_model_evaluate(t->m, &t->loss, &mb, &s, err));
+        DT_TRY(dt_model_evaluate_end(t->m, &s, err));
         loss += s.loss * b->n;
         correct += round(s.accuracy * b->n);
         n += b->n;

@@ -87,9 +87,10 @@ void dt__train_feed_done(dt__train_feed *f);
 void dt__train_feed_reset(dt__train_feed *f);
 /* fit's feed for ds on o (*out NULL: none): on for a device backend (DTRAIN_FEED=0 turns it off,
  * =1 on for any), with ds kept on the device when it takes at most a quarter of the free device
- * memory (DTRAIN_DATA_ON_DEVICE=0 never, =1 whenever it fits). */
+ * memory (DTRAIN_DATA_ON_DEVICE=0 never, =1 whenever it fits). what names the split in the log
+ * ("training", "validation"). */
 dt_status dt__train_feed_open(const dt_nn_ops *o, const dt_dataset *ds, int local_batch,
-                              dt__train_feed **out, dt_err *err);
+                              const char *what, dt__train_feed **out, dt_err *err);
 
 /* Builds the spec's model (seeded), its loss and (if cfg is not NULL) the optimizer config.
  * Errors name $.model / $.compile.*. */
@@ -261,6 +262,13 @@ struct dt_trainer {
      * step in progress should fetch and put the next one. Made by dt_train_fit on its thread. */
     dt__train_feed *feed;
     bool feed_ahead;
+    /* Validation's own feed (NULL: each batch uploaded in its evaluation). A second feed rather
+     * than the training one reused between epochs: a feed gathers from the one set it holds on
+     * the device, and the training set stays there for the next epoch; the validation split
+     * gets its own slots and, by the same quarter-of-free-memory rule, its own device copy. */
+    dt__train_feed *vfeed;
+    /* p, pv were opened with no_x (their set is on the device, gathered by the feed) */
+    bool p_no_x, pv_no_x;
     /* LearningRateScheduler objects, parsed once */
     dt_optim_schedule lrs[DT_JOBSPEC_MAX_CALLBACKS];
     int cw_cap;

@@ -210,15 +210,17 @@ DT_TEST_TIMEOUT(gpu_feed_upload_before_sync, 180)
     set_mode("auto", "0"); /* a device backend feeds by default */
     fit1(&spec, &pre);
     /* each epoch: its first batch put before step 1, then each step k's put of batch k + 1
-     * before step k's sync; the epoch's last step puts nothing (validation is uploaded in its
-     * steps) */
+     * before step k's sync; the epoch's last step puts nothing. Validation's own feed alike:
+     * its first batch put, then batch k + 1 put (uploaded on the copy stream) before batch k's
+     * sync, the last one's sync alone */
     want[0] = '\0';
     for (int e = 0; e < 2; e++) {
         strcat(want, "U");
         for (int k = 0; k < 12; k++)
             strcat(want, "US");
         strcat(want, "S"
-                     "SSS");
+                     "U"
+                     "USUSS");
     }
     ASSERT_STREQ(trace, want);
     ASSERT_EQ(ngather, 0);
@@ -233,10 +235,12 @@ DT_TEST_TIMEOUT(gpu_feed_upload_before_sync, 180)
         counts(ev1);
         printf("events: %ld made, %ld freed, %ld recorded, %ld waited for, %ld synchronized\n",
                ev1[0] - ev0[0], ev1[1] - ev0[1], ev1[2] - ev0[2], ev1[3] - ev0[3], ev1[4] - ev0[4]);
-        ASSERT_EQ(ev1[0] - ev0[0], 4);       /* two slots, two events each */
-        ASSERT_EQ(ev1[1] - ev0[1], 4);       /* all freed */
-        ASSERT_EQ(ev1[2] - ev0[2], 26 + 26); /* an upload per put, a release per step */
-        ASSERT_EQ(ev1[3] - ev0[3], 26 + 26); /* the copy stream's and the step's waits */
+        /* two feeds (training, validation) of two slots with two events each; 26 training
+         * and 6 validation batches */
+        ASSERT_EQ(ev1[0] - ev0[0], 8);
+        ASSERT_EQ(ev1[1] - ev0[1], 8);               /* all freed */
+        ASSERT_EQ(ev1[2] - ev0[2], 26 + 26 + 6 + 6); /* an upload per put, a release per step */
+        ASSERT_EQ(ev1[3] - ev0[3], 26 + 26 + 6 + 6); /* the copy stream's and the step's waits */
     }
     if (live) {
         live(mem1);
@@ -249,7 +253,8 @@ DT_TEST_TIMEOUT(gpu_feed_upload_before_sync, 180)
     set_mode("auto", "1");
     fit1(&spec, &dev);
     ASSERT_STREQ(trace, want);
-    ASSERT_EQ(ngather, 26 * 2); /* the rows and the labels of every step */
+    /* the rows and the labels of every step, validation's too (both sets on the device) */
+    ASSERT_EQ(ngather, (26 + 6) * 2);
     ASSERT_EQ(dev.hash, host.hash);
     ASSERT_TRUE(memcmp(dev.losses, host.losses, sizeof host.losses) == 0);
     if (live) {
@@ -261,7 +266,7 @@ DT_TEST_TIMEOUT(gpu_feed_upload_before_sync, 180)
      * free memory) */
     set_mode("auto", "auto");
     fit1(&spec, &dev);
-    ASSERT_EQ(ngather, 26 * 2);
+    ASSERT_EQ(ngather, (26 + 6) * 2);
     ASSERT_EQ(dev.hash, host.hash);
     dt_jobspec_destroy(&spec);
 }
