@@ -156,6 +156,23 @@ DT_TEST_TIMEOUT(train_feed_val_same_bits, 180)
         }
         dt_jobspec_destroy(&spec);
     }
+    /* 17 validation examples on 2 replicas at 8 each: rank 0 holds 9 (steps of 8 and 1), rank 1
+     * 8 (8, then an empty batch the feed passes through without an evaluation) */
+    tt_setup(N_TRAIN, 17);
+    dt_jobspec spec;
+    tt_parse(idx_spec(false), &spec);
+    dt_train_opts o = dt_train_opts_default();
+    tt_replica host[2], dev[2];
+    set_mode("0", "0");
+    tt_run(&spec, 2, &o, -1, 0, host);
+    ASSERT_EQ(host[0].st, DT_OK);
+    ASSERT_EQ(host[1].st, DT_OK);
+    set_mode("1", "1");
+    tt_run(&spec, 2, &o, -1, 0, dev);
+    same_val(host, dev, 2, "17 validation examples, R=2 (an empty batch), set on the device");
+    tt_free(host, 2);
+    tt_free(dev, 2);
+    dt_jobspec_destroy(&spec);
     unsetenv("DTRAIN_FEED");
     unsetenv("DTRAIN_DATA_ON_DEVICE");
 }
