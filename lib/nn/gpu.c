@@ -227,6 +227,14 @@ dt_status dt_nn_gpu_clique_broadcast(dt_nn_gpu_clique *c, int m, void *buf, size
     return DT_OK;
 }
 
+dt_status dt_nn_gpu_clique_join(dt_nn_gpu_clique *c, int m, dt_err *err)
+{
+    char msg[512] = "";
+    if (c->api->clique_join && c->api->clique_join(c->h, m, msg, sizeof msg) != 0)
+        return dt_err_set(err, DT_EIO, "NCCL: %s", msg);
+    return DT_OK;
+}
+
 void dt_nn_gpu_clique_abort(dt_nn_gpu_clique *c)
 {
     if (c)

@@ -43,14 +43,17 @@ dt_status dt_nn_gpu_sync(dt_err *err);
 /* NCCL among this process's GPUs, one replica each (see the clique entries of nn/cuda/api.h):
  * made once per job by one thread over devs[0..n); DT_ENOTSUP when the backend has no NCCL.
  * allreduce and broadcast are member m's part, called from m's thread (bound to devs[m]), on
- * device or host memory. abort is thread-safe and makes every pending and later call fail.
- * free (NULL-safe) after every member returned. */
+ * device or host memory; an all-reduce of device memory overlaps what the thread queues after
+ * it, and join (before anything reads its sums) orders the thread's stream after it. abort is
+ * thread-safe and makes every pending and later call fail. free (NULL-safe) after every member
+ * returned. */
 typedef struct dt_nn_gpu_clique dt_nn_gpu_clique;
 dt_status dt_nn_gpu_clique_new(int n, const int *devs, dt_nn_gpu_clique **out, dt_err *err);
 dt_status dt_nn_gpu_clique_allreduce(dt_nn_gpu_clique *c, int m, float *buf, size_t count,
                                      dt_err *err);
 dt_status dt_nn_gpu_clique_broadcast(dt_nn_gpu_clique *c, int m, void *buf, size_t bytes, int root,
                                      dt_err *err);
+dt_status dt_nn_gpu_clique_join(dt_nn_gpu_clique *c, int m, dt_err *err);
 void dt_nn_gpu_clique_abort(dt_nn_gpu_clique *c);
 void dt_nn_gpu_clique_free(dt_nn_gpu_clique *c);
 

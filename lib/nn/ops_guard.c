@@ -882,6 +882,17 @@ static void f_clique_free(void *cv)
     free(c);
 }
 
+/* The stand-in's all-reduces are done when they return: nothing to order after them. */
+static int f_clique_join(void *cv, int m, char *msg, size_t len)
+{
+    fclique *c = cv;
+    if (m < 0 || m >= c->n) {
+        snprintf(msg, len, "fake clique: member %d of %d", m, c->n);
+        return -1;
+    }
+    return 0;
+}
+
 static const char *const none[] = {NULL};
 static const dt_nn_cuda_api fake_api = {
     .abi = DT_NN_CUDA_ABI,
@@ -895,6 +906,7 @@ static const dt_nn_cuda_api fake_api = {
     .clique_new = f_clique_new,
     .clique_allreduce = f_clique_allreduce,
     .clique_broadcast = f_clique_broadcast,
+    .clique_join = f_clique_join,
     .clique_abort = f_clique_abort,
     .clique_free = f_clique_free,
 };

@@ -430,14 +430,17 @@ static dt_status clique_allreduce_start(void *ctx, float *buf, size_t n, void **
 {
     replica *r = ctx;
     DT_TRY(dt_nn_gpu_clique_allreduce(r->clique, r->member, buf, n, err));
-    *req = r; /* queued on the replica's stream: what follows on it sees the sum */
+    *req = r; /* queued behind the replica's stream; clique_wait orders its stream after it */
     return DT_OK;
 }
 
+/* The sums are read only after this on the replica's stream (a stream dependency, no host
+ * wait: a CUDA graph captures it). */
 static dt_status clique_wait(void *ctx, void *req, dt_err *err)
 {
-    (void)ctx, (void)req, (void)err;
-    return DT_OK;
+    (void)req;
+    replica *r = ctx;
+    return dt_nn_gpu_clique_join(r->clique, r->member, err);
 }
 
 /* The step's metrics and validation's sums (host memory) go through the in-host comm, as CPU

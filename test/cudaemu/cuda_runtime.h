@@ -83,6 +83,8 @@ enum cudaError_t {
     cudaErrorLaunchFailure = 719,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureUnjoined = 904,
+    cudaErrorStreamCaptureIsolation = 905,
     cudaErrorStreamCaptureWrongThread = 908,
 };
 typedef cudaError_t cudaError;
@@ -176,7 +178,15 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p);
  * capturing stream, and a capturing memcpy from or to pageable host memory (CUDA stages those
  * synchronously). A refusal on the capturing thread invalidates its capture: what follows on the
  * stream fails with cudaErrorStreamCaptureInvalidated, and so does cudaStreamEndCapture, which
- * ends it without a graph. */
+ * ends it without a graph.
+ * Fork and join as CUDA has them: an event recorded on a capturing stream, waited for by a
+ * stream that is not capturing, brings that stream into the capture (its work is recorded into
+ * the same graph, in the order it is issued, which the emulator's at-once execution makes a
+ * valid order); an event recorded on such a forked stream after its last work and waited for
+ * by a stream of the capture joins it back. cudaStreamEndCapture fails with
+ * cudaErrorStreamCaptureUnjoined when a forked stream's last work was never joined, and a
+ * capturing stream waiting for an event recorded outside its capture fails with
+ * cudaErrorStreamCaptureIsolation (CUDA would need an external-event node). */
 enum cudaStreamCaptureMode {
     cudaStreamCaptureModeGlobal = 0,
     cudaStreamCaptureModeThreadLocal = 1,
@@ -207,6 +217,13 @@ int emu_capture_enqueue(cudaStream_t s, std::function<void()> &&f);
 cudaError_t emu_capture_unsafe(const char *what);
 cudaError_t emu_capture_touch(cudaStream_t s);
 void emu_capture_forget(cudaStream_t s); /* cudaStreamDestroy */
+/* cudaEventRecord on s: 0 when s is not capturing (*origin NULL), 1 with the capture's origin
+ * stream and s's count of recorded work (*seq), or the error that refused it. */
+int emu_capture_record(cudaStream_t s, cudaStream_t *origin, long *seq);
+/* cudaStreamWaitEvent(s, e) of an event recorded on src at seq in the capture of origin (NULL:
+ * recorded outside any capture): cudaSuccess (a fork, a join or an ordinary wait) or the
+ * refusal. */
+cudaError_t emu_capture_wait(cudaStream_t s, cudaStream_t origin, cudaStream_t src, long seq);
 /* Whether p is pageable host memory (neither cudaMalloc's nor cudaMallocHost's). */
 bool emu_pageable(const void *p);
 

@@ -34,10 +34,13 @@ struct capture {
     std::thread::id owner;
     bool invalid;
     emu_nodes nodes;
+    /* streams forked into it: work recorded on each, and that count when last joined */
+    std::map<cudaStream_t, long> work, joined;
 };
 
 std::mutex mu;
 std::map<cudaStream_t, capture> caps;          /* open captures, by stream (under mu) */
+std::map<cudaStream_t, cudaStream_t> forks;    /* forked stream -> its capture's origin */
 std::atomic<int> open_caps{0}, global_caps{0}; /* all of them; those in Global mode */
 thread_local int my_strict_caps;               /* this thread's Global and ThreadLocal ones */
 
@@ -48,6 +51,26 @@ void invalidate_mine(void)
     for (auto &kv : caps)
         if (kv.second.owner == std::this_thread::get_id())
             kv.second.invalid = true;
+}
+
+/* The capture s records into (its own or, forked, its origin's), or NULL; *origin set. */
+capture *find(cudaStream_t s, cudaStream_t *origin)
+{
+    auto f = forks.find(s);
+    cudaStream_t o = f == forks.end() ? s : f->second;
+    auto it = caps.find(o);
+    if (it == caps.end())
+        return NULL;
+    if (origin)
+        *origin = o;
+    return &it->second;
+}
+
+/* Ends the forks of the capture of origin. */
+void drop_forks(cudaStream_t origin)
+{
+    for (auto it = forks.begin(); it != forks.end();)
+        it = it->second == origin ? forks.erase(it) : std::next(it);
 }
 
 } // namespace
@@ -74,10 +97,10 @@ cudaError_t emu_capture_touch(cudaStream_t s)
     if (!open_caps.load() || !s)
         return cudaSuccess;
     std::lock_guard<std::mutex> l(mu);
-    auto it = caps.find(s);
-    if (it == caps.end())
+    capture *c = find(s, NULL);
+    if (!c)
         return cudaSuccess;
-    it->second.invalid = true;
+    c->invalid = true;
     return cudaErrorStreamCaptureUnsupported;
 }
 
@@ -86,13 +109,67 @@ int emu_capture_enqueue(cudaStream_t s, std::function<void()> &&f)
     if (!open_caps.load() || !s)
         return 0;
     std::lock_guard<std::mutex> l(mu);
-    auto it = caps.find(s);
-    if (it == caps.end())
+    cudaStream_t o = NULL;
+    capture *c = find(s, &o);
+    if (!c)
         return 0;
-    if (it->second.invalid)
+    if (c->invalid)
         return cudaErrorStreamCaptureInvalidated;
-    it->second.nodes.push_back(std::move(f));
+    c->nodes.push_back(std::move(f));
+    if (s != o)
+        c->work[s]++;
     return 1;
+}
+
+int emu_capture_record(cudaStream_t s, cudaStream_t *origin, long *seq)
+{
+    *origin = NULL;
+    *seq = 0;
+    if (!open_caps.load() || !s)
+        return 0;
+    std::lock_guard<std::mutex> l(mu);
+    cudaStream_t o = NULL;
+    capture *c = find(s, &o);
+    if (!c)
+        return 0;
+    if (c->invalid)
+        return cudaErrorStreamCaptureInvalidated;
+    *origin = o;
+    *seq = s == o ? 0 : c->work[s];
+    return 1;
+}
+
+cudaError_t emu_capture_wait(cudaStream_t s, cudaStream_t origin, cudaStream_t src, long seq)
+{
+    if (!s || (!origin && !open_caps.load()))
+        return cudaSuccess;
+    std::lock_guard<std::mutex> l(mu);
+    cudaStream_t so = NULL;
+    capture *cs = find(s, &so);
+    if (!origin) { /* an event from outside any capture */
+        if (!cs)
+            return cudaSuccess;
+        cs->invalid = true;
+        return cudaErrorStreamCaptureIsolation;
+    }
+    auto it = caps.find(origin);
+    if (it == caps.end()) /* its capture has ended: the event belongs to no live graph */
+        return cs ? (cs->invalid = true, cudaErrorStreamCaptureIsolation)
+                  : cudaErrorStreamCaptureUnsupported;
+    capture *ce = &it->second;
+    if (!cs) { /* a fork: s records into the capture from now on */
+        forks[s] = origin;
+        ce->work[s] = 0;
+        ce->joined[s] = 0;
+        return cudaSuccess;
+    }
+    if (cs != ce) {
+        cs->invalid = ce->invalid = true;
+        return cudaErrorStreamCaptureIsolation;
+    }
+    if (src != origin && src != s && ce->work[src] == seq)
+        ce->joined[src] = seq; /* src's work so far is joined */
+    return cudaSuccess;
 }
 
 void emu_capture_forget(cudaStream_t s)
@@ -100,6 +177,7 @@ void emu_capture_forget(cudaStream_t s)
     if (!open_caps.load() || !s)
         return;
     std::lock_guard<std::mutex> l(mu);
+    forks.erase(s);
     auto it = caps.find(s);
     if (it == caps.end())
         return;
@@ -120,9 +198,9 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
         mode != cudaStreamCaptureModeRelaxed)
         return cudaErrorInvalidValue;
     std::lock_guard<std::mutex> l(mu);
-    if (caps.count(s))
+    if (caps.count(s) || forks.count(s))
         return cudaErrorIllegalState;
-    caps[s] = capture{mode, std::this_thread::get_id(), false, emu_nodes()};
+    caps[s] = capture{mode, std::this_thread::get_id(), false, emu_nodes(), {}, {}};
     open_caps++;
     if (mode == cudaStreamCaptureModeGlobal)
         global_caps++;
@@ -147,6 +225,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
         return cudaErrorStreamCaptureWrongThread;
     capture c = std::move(it->second);
     caps.erase(it);
+    drop_forks(s);
     open_caps--;
     if (c.mode == cudaStreamCaptureModeGlobal)
         global_caps--;
@@ -155,6 +234,9 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
     l.unlock();
     if (c.invalid)
         return cudaErrorStreamCaptureInvalidated;
+    for (auto &w : c.work)
+        if (w.second != c.joined[w.first]) /* a forked stream's last work never joined back */
+            return cudaErrorStreamCaptureUnjoined;
     CUgraph_st *graph = new (std::nothrow) CUgraph_st();
     if (!graph)
         return cudaErrorMemoryAllocation;
@@ -171,10 +253,9 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *st)
     if (!open_caps.load() || !s)
         return cudaSuccess;
     std::lock_guard<std::mutex> l(mu);
-    auto it = caps.find(s);
-    if (it != caps.end())
-        *st =
-            it->second.invalid ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    capture *c = find(s, NULL);
+    if (c)
+        *st = c->invalid ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
     return cudaSuccess;
 }
 

@@ -75,6 +75,10 @@ const char *cudaGetErrorString(cudaError_t e)
         return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
         return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnjoined:
+        return "operation would result in a split graph";
+    case cudaErrorStreamCaptureIsolation:
+        return "dependency created on an uncaptured event";
     case cudaErrorStreamCaptureWrongThread:
         return "attempt to terminate a thread-local capture sequence from another thread";
     }
@@ -216,6 +220,9 @@ cudaError_t cudaDeviceSynchronize(void)
 struct CUevent_st {
     int dev;
     bool recorded;
+    /* recorded inside a capture: its origin stream, the stream and that stream's work count */
+    cudaStream_t cap, src;
+    long seq;
 };
 static std::mutex events_mu;
 static std::map<uintptr_t, int> events_live; /* handle -> 1 */
@@ -265,29 +272,25 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     return cudaSuccess;
 }
 
-/* CUDA turns an event record or wait on a capturing stream into a graph node; this emulator's
- * graphs have no such nodes, so it refuses the call (and the capture) rather than drop it. */
-static cudaError_t event_in_capture(cudaStream_t s)
-{
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (s && cudaStreamIsCapturing(s, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
-        cudaError_t e = emu_capture_touch(s);
-        return e != cudaSuccess ? e : cudaErrorStreamCaptureUnsupported;
-    }
-    return cudaSuccess;
-}
-
+/* In a capture, CUDA makes an event record and a wait dependencies between the graph's nodes
+ * (fork and join, emu_graph.cpp); the emulator's graphs run their nodes in issue order, so the
+ * record only notes where it was made. */
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     if (!event_ok(e))
         return cudaErrorInvalidResourceHandle;
-    cudaError_t c = event_in_capture(s);
-    if (c != cudaSuccess)
-        return c;
     /* the stream and the event must belong to the same device (the legacy stream: the
      * current one) */
     if ((s ? s->dev : current_dev) != e->dev)
         return cudaErrorInvalidResourceHandle;
+    cudaStream_t origin = NULL;
+    long seq = 0;
+    int r = emu_capture_record(s, &origin, &seq);
+    if (r > 1)
+        return (cudaError_t)r;
+    e->cap = origin;
+    e->src = s;
+    e->seq = seq;
     e->recorded = true;
     event_calls[2]++;
     return cudaSuccess;
@@ -299,7 +302,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
         return cudaErrorInvalidValue;
     if (!event_ok(e))
         return cudaErrorInvalidResourceHandle;
-    cudaError_t c = event_in_capture(s);
+    cudaError_t c = emu_capture_wait(s, e->cap, e->src, e->seq);
     if (c != cudaSuccess)
         return c;
     event_calls[3]++;

@@ -66,8 +66,9 @@ static dt_status cl_start(void *ctx, float *buf, size_t n, void **req, dt_err *e
 
 static dt_status cl_wait(void *ctx, void *req, dt_err *err)
 {
-    (void)ctx, (void)req, (void)err;
-    return DT_OK;
+    (void)req;
+    crep *r = ctx;
+    return dt_nn_gpu_clique_join(r->cl, r->member, err);
 }
 
 static dt_status cl_broadcast(void *ctx, void *buf, size_t bytes, int root, dt_err *err)

@@ -177,6 +177,9 @@ static void *agree_member(void *arg)
             g->upload(d, x, n * sizeof(float));
             if (p->api->clique_allreduce(p->c, p->m, d, n, msg, sizeof msg) != 0)
                 member_fail(p, "allreduce of device memory", msg);
+            /* it ran on the member's side stream: the download must wait for it */
+            if (!p->err[0] && p->api->clique_join(p->c, p->m, msg, sizeof msg) != 0)
+                member_fail(p, "join", msg);
             float *out = malloc(n * sizeof(float));
             g->download(out, d, n * sizeof(float));
             g->free(d);
@@ -371,6 +374,8 @@ static void *lonely_member(void *arg)
         /* together once: the peers are connected, the next lonely call waits on the GPU */
         if (p->api->clique_allreduce(p->c, p->m, d, n, msg, sizeof msg) != 0)
             member_fail(p, "allreduce together", msg);
+        if (!p->err[0] && p->api->clique_join(p->c, p->m, msg, sizeof msg) != 0)
+            member_fail(p, "join", msg);
         if (dt_nn_gpu_sync(&err) != DT_OK)
             member_fail(p, "sync after the call together", err.msg);
         pthread_mutex_lock(&warm_mu);
@@ -382,6 +387,8 @@ static void *lonely_member(void *arg)
         /* alone: member 1 never calls; the aborter ends this */
         if (p->script == LONELY_WARM_DEVICE) {
             p->call_rc = p->api->clique_allreduce(p->c, 0, d, n, p->call_msg, sizeof p->call_msg);
+            if (p->call_rc == 0) /* the sync below then waits for the side stream's kernel */
+                p->call_rc = p->api->clique_join(p->c, 0, p->call_msg, sizeof p->call_msg);
             if (p->call_rc == 0 && dt_nn_gpu_sync(&err) != DT_OK) /* may say nothing: NCCL's */
                 snprintf(p->call_msg, sizeof p->call_msg, "sync: %s", err.msg); /* kernel ends */
         } else {
@@ -506,6 +513,7 @@ DT_TEST_TIMEOUT(gpu_nccl_one_member, 120)
         float *x = gpu_randn(n, 1, 11 + s), *h = gpu_randn(n, 1, 11 + s);
         float *d = gpu_up(g, x, n);
         ASSERT_EQ(api->clique_allreduce(c, 0, d, n, msg, sizeof msg), 0);
+        ASSERT_EQ(api->clique_join(c, 0, msg, sizeof msg), 0);
         float *out = gpu_down(g, d, n);
         ASSERT_TRUE(memcmp(out, x, n * sizeof(float)) == 0);
         ASSERT_EQ(api->clique_allreduce(c, 0, h, n, msg, sizeof msg), 0);

@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define DT_NN_CUDA_ABI 6
+#define DT_NN_CUDA_ABI 7
 
 /* One device as the runtime describes it. */
 typedef struct dt_nn_cuda_dev {
@@ -68,7 +68,11 @@ typedef struct dt_nn_cuda_api {
      * same counts in the same order, each from its own thread. buf is device memory of that
      * device (then the call returns once it is queued: the stream orders what follows), or host
      * memory (then staged through the device and waited for). Every member ends with the same
-     * bits. clique_broadcast: likewise, bytes from member root.
+     * bits. An all-reduce of device memory runs on the member's side stream, after the work
+     * queued so far on the thread's stream, so that it overlaps what the thread queues next;
+     * clique_join makes the thread's stream wait for the member's all-reduces so far (queued,
+     * not waited for: a CUDA graph captures it), which must come before anything reads their
+     * sums. clique_broadcast: like an all-reduce, bytes from member root, on the thread's stream.
      * clique_abort: makes every member's pending and later calls fail (ncclCommAbort), so a
      * replica that failed or hung cannot leave its siblings waiting on the GPU. Thread-safe.
      * A call that fails because the clique was aborted returns -2 (an echo of the cause, which
@@ -78,6 +82,7 @@ typedef struct dt_nn_cuda_api {
     int (*clique_allreduce)(void *c, int m, float *buf, size_t count, char *msg, size_t len);
     int (*clique_broadcast)(void *c, int m, void *buf, size_t bytes, int root, char *msg,
                             size_t len);
+    int (*clique_join)(void *c, int m, char *msg, size_t len);
     void (*clique_abort)(void *c);
     void (*clique_free)(void *c);
 } dt_nn_cuda_api;

@@ -534,6 +534,7 @@ static void build(void)
     api.clique_new = dt_cu_clique_new;
     api.clique_allreduce = dt_cu_clique_allreduce;
     api.clique_broadcast = dt_cu_clique_broadcast;
+    api.clique_join = dt_cu_clique_join;
     api.clique_abort = dt_cu_clique_abort;
     api.clique_free = dt_cu_clique_free;
 }

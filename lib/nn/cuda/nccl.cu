@@ -18,6 +18,12 @@
  * communicators, which stops the device kernels and NCCL's own threads (ncclCommAbort joins the
  * group job still connecting). A member waiting on the GPU (a kernel whose peer never comes)
  * sees its kernel end once the abort flag is set.
+ *
+ * Why a side stream: an all-reduce of device memory is issued on the member's own side stream,
+ * which first waits for an event recorded on the replica's stream (the bucket is final there),
+ * so NCCL's kernel runs while backward goes on with the earlier layers; join makes the replica's
+ * stream wait for the side stream's work before anything reads the sums (the update). Both are
+ * stream dependencies, never host waits, so a CUDA graph captures them (fork and join).
  */
 #include "nn/cuda/internal.cuh"
 
@@ -42,6 +48,12 @@ struct member {
      * until then, so it needs no lock. */
     void *stage;
     size_t stage_bytes;
+    /* The side stream of the member's all-reduces of device memory and its fork (ready) and
+     * join (done) events, made by clique_new on the member's device; pending: work issued on it
+     * since the last join (the member's thread alone reads and writes it). */
+    cudaStream_t side;
+    cudaEvent_t ready, done;
+    bool pending;
 };
 
 struct clique {
@@ -188,6 +200,36 @@ static int wait_done(clique *c, int m, const char *what, ncclResult_t r, char *m
     return -1;
 }
 
+/* Makes member i's side stream and events on its device (current). */
+static int side_new(member *p, char *msg, size_t len)
+{
+    cudaError_t e = cudaStreamCreateWithFlags(&p->side, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&p->ready, cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming);
+    return e == cudaSuccess ? 0 : cuda_err(msg, len, p->dev, "the NCCL side stream", e);
+}
+
+/* Frees the side streams and events of m[0..n) (each on its device). */
+static void sides_free(member *m, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (!m[i].side && !m[i].ready && !m[i].done)
+            continue;
+        if (cudaSetDevice(m[i].dev) != cudaSuccess)
+            continue;
+        if (m[i].done)
+            (void)cudaEventDestroy(m[i].done);
+        if (m[i].ready)
+            (void)cudaEventDestroy(m[i].ready);
+        if (m[i].side)
+            (void)cudaStreamDestroy(m[i].side);
+        m[i].side = NULL;
+        m[i].ready = m[i].done = NULL;
+    }
+}
+
 int dt_cu_clique_new(int n, const int *devs, void **out, char *msg, size_t len)
 {
     *out = NULL;
@@ -277,12 +319,18 @@ int dt_cu_clique_new(int n, const int *devs, void **out, char *msg, size_t len)
                 rc = nccl_err(msg, len, devs[i], "making the communicator", st);
         }
     }
+    for (int i = 0; i < n && rc == 0; i++) {
+        cudaError_t e = cudaSetDevice(devs[i]);
+        rc = e != cudaSuccess ? cuda_err(msg, len, devs[i], "cudaSetDevice", e)
+                              : side_new(&m[i], msg, len);
+    }
 done:
     if (rc != 0) {
         /* NCCL's way out of a failed or unfinished init: abort what exists. */
         for (int i = 0; i < n; i++)
             if (m[i].comm)
                 (void)ncclCommAbort(m[i].comm);
+        sides_free(m, n);
         delete[] m;
         delete c;
     } else {
@@ -360,10 +408,10 @@ static void *stage(clique *c, int m, size_t bytes, char *msg, size_t len)
 
 enum coll { COLL_ALLREDUCE, COLL_BROADCAST };
 
-/* Issues member m's collective on dev_buf (device memory) on the thread's stream and waits
- * until NCCL has queued it (until then nothing else may go on the stream). */
-static int issue(clique *c, int m, coll k, void *dev_buf, size_t count, int root, char *msg,
-                 size_t len)
+/* Issues member m's collective on dev_buf (device memory) on stream st and waits until NCCL
+ * has queued it (until then nothing else may go on the stream). */
+static int issue(clique *c, int m, coll k, void *dev_buf, size_t count, int root, cudaStream_t st,
+                 char *msg, size_t len)
 {
     if (!enter(c))
         return aborted_err(c, m, msg, len);
@@ -371,18 +419,34 @@ static int issue(clique *c, int m, coll k, void *dev_buf, size_t count, int root
     const char *what;
     if (k == COLL_ALLREDUCE) {
         what = "ncclAllReduce";
-        r = ncclAllReduce(dev_buf, dev_buf, count, ncclFloat, ncclSum, c->m[m].comm,
-                          dt_cu_stream());
+        r = ncclAllReduce(dev_buf, dev_buf, count, ncclFloat, ncclSum, c->m[m].comm, st);
     } else {
         what = "ncclBroadcast";
-        r = ncclBroadcast(dev_buf, dev_buf, count, ncclUint8, root, c->m[m].comm, dt_cu_stream());
+        r = ncclBroadcast(dev_buf, dev_buf, count, ncclUint8, root, c->m[m].comm, st);
     }
     leave(c);
     return wait_done(c, m, what, r, msg, len);
 }
 
-/* One collective of member m: device memory is used in place (the call returns once queued);
- * host memory goes through the staging buffer and the call waits for the result. */
+/* Makes the thread's stream wait for the member's side stream (its all-reduces so far). */
+static int join(clique *c, int m, char *msg, size_t len)
+{
+    member *p = &c->m[m];
+    if (!p->pending)
+        return 0;
+    cudaError_t e = cudaEventRecord(p->done, p->side);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(dt_cu_stream(), p->done, 0);
+    if (e != cudaSuccess)
+        return cuda_err(msg, len, p->dev, "joining the NCCL side stream", e);
+    p->pending = false;
+    return 0;
+}
+
+/* One collective of member m: an all-reduce of device memory is used in place on the side
+ * stream (the call returns once queued; join orders the thread's stream after it); a
+ * broadcast of device memory runs on the thread's stream; host memory goes through the staging
+ * buffer and the call waits for the result. */
 static int collective(clique *c, int m, coll k, void *buf, size_t count, size_t bytes, int root,
                       char *msg, size_t len)
 {
@@ -403,8 +467,20 @@ static int collective(clique *c, int m, coll k, void *buf, size_t count, size_t 
     int where = on_device(c, m, buf, msg, len);
     if (where < 0)
         return -1;
+    member *p = &c->m[m];
+    if (where == 1 && k == COLL_ALLREDUCE) {
+        cudaError_t e = cudaEventRecord(p->ready, dt_cu_stream());
+        if (e == cudaSuccess)
+            e = cudaStreamWaitEvent(p->side, p->ready, 0);
+        if (e != cudaSuccess)
+            return cuda_err(msg, len, p->dev, "forking the NCCL side stream", e);
+        p->pending = true;
+        return issue(c, m, k, buf, count, root, p->side, msg, len);
+    }
+    if (join(c, m, msg, len) != 0)
+        return -1;
     if (where == 1)
-        return issue(c, m, k, buf, count, root, msg, len);
+        return issue(c, m, k, buf, count, root, dt_cu_stream(), msg, len);
 
     int dev = c->m[m].dev;
     cudaStream_t s = dt_cu_stream();
@@ -415,7 +491,7 @@ static int collective(clique *c, int m, coll k, void *buf, size_t count, size_t 
     bool up = k == COLL_ALLREDUCE || m == root; /* a broadcast's receivers send nothing */
     if (up && (e = cudaMemcpyAsync(d, buf, bytes, cudaMemcpyHostToDevice, s)) != cudaSuccess)
         return cuda_err(msg, len, dev, "cudaMemcpyAsync (to NCCL staging)", e);
-    int rc = issue(c, m, k, d, count, root, msg, len);
+    int rc = issue(c, m, k, d, count, root, s, msg, len);
     if (rc == 0 && !(k == COLL_BROADCAST && m == root) &&
         (e = cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDeviceToHost, s)) != cudaSuccess)
         rc = cuda_err(msg, len, dev, "cudaMemcpyAsync (from NCCL staging)", e);
@@ -444,6 +520,14 @@ int dt_cu_clique_allreduce(void *c, int m, float *buf, size_t count, char *msg, 
 int dt_cu_clique_broadcast(void *c, int m, void *buf, size_t bytes, int root, char *msg, size_t len)
 {
     return collective((clique *)c, m, COLL_BROADCAST, buf, bytes, bytes, root, msg, len);
+}
+
+int dt_cu_clique_join(void *cv, int m, char *msg, size_t len)
+{
+    clique *c = (clique *)cv;
+    if (check_member(c, m, c, 0, msg, len) != 0)
+        return -1;
+    return join(c, m, msg, len);
 }
 
 void dt_cu_clique_abort(void *c)
@@ -477,6 +561,7 @@ void dt_cu_clique_free(void *cv)
             }
         }
     }
+    sides_free(c->m, c->n);
     for (int i = 0; i < c->n; i++)
         if (c->m[i].stage) {
             /* The member's device current: the buffer is that device's memory. */
