@@ -278,6 +278,13 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned lon
     return cudaSuccess;
 }
 
+/* Graphs launched (outside a capture) in this process, read by the tests with dlsym. */
+static std::atomic<long> launches{0};
+extern "C" __attribute__((visibility("default"))) long emu_graph_launches(void)
+{
+    return launches.load();
+}
+
 cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
 {
     if (!e)
@@ -292,6 +299,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
         return (cudaError_t)r;
     if (r == 1)
         return cudaSuccess;
+    launches++;
     for (auto &n : e->nodes)
         n();
     return cudaSuccess;

@@ -181,3 +181,45 @@ DT_TEST_TIMEOUT(service_gpu_replica_failure_aborts_the_clique, 60)
     ASSERT_CONTAINS(r.error, "an injected kernel error at sync 5");
     ASSERT_LT(dt_now_ms() - t0, 20000); /* not the clique's 60 s deadline */
 }
+
+/* The CUDA backend's own code on the host emulator (build/libdtrain-cudaemu.so, 2 devices):
+ * the trainer's clique (NCCL's all-reduces on each member's side stream, joined before the
+ * update; the metrics through the in-host comm) with CUDA graphs captured and replayed, and the
+ * same job eagerly (DTRAIN_GRAPHS=0): the same weights hash. */
+DT_TEST_TIMEOUT(service_gpu_emulated_clique_graphs, 180)
+{
+    char exe[PATH_MAX], lib[PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    ASSERT_TRUE(n > 0);
+    exe[n] = '\0';
+    *strrchr(exe, '/') = '\0';
+    snprintf(lib, sizeof lib, "%s/libdtrain-cudaemu.so", exe);
+    if (access(lib, R_OK) != 0)
+        DT_SKIP("no %s (the build makes it only where python3 and g++ exist)", lib);
+    tt_setup(193, 50);
+    setenv("DTRAIN_CUDA_LIB", lib, 1);
+    setenv("DTRAIN_EMU_GPUS", "2", 1);
+    char why[512] = "";
+    ASSERT_EQ(dt_nn_gpu_count(why, sizeof why), 2);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_TRUE(h != NULL);
+    long (*launches)(void);
+    *(void **)&launches = dlsym(h, "emu_graph_launches");
+    ASSERT_TRUE(launches != NULL);
+
+    setenv("DTRAIN_GRAPHS", "0", 1);
+    run_out eager = run_job("[\"/gpu:0\", \"/gpu:1\"]", "eager");
+    unsetenv("DTRAIN_GRAPHS");
+    if (eager.st != DT_OK)
+        fprintf(stderr, "%s\n", eager.error);
+    ASSERT_EQ(eager.st, DT_OK);
+    ASSERT_EQ(launches(), 0);
+    run_out graphed = run_job("[\"/gpu:0\", \"/gpu:1\"]", "graphed");
+    if (graphed.st != DT_OK)
+        fprintf(stderr, "%s\n", graphed.error);
+    ASSERT_EQ(graphed.st, DT_OK);
+    /* 2 epochs of 193 examples at 16: 12 full steps an epoch, the first of them eager */
+    printf("graph launches: %ld; weights %s (eager %s)\n", launches(), graphed.hash, eager.hash);
+    ASSERT_EQ(launches(), 2 * 23);
+    ASSERT_STREQ(graphed.hash, eager.hash);
+}
