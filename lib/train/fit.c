@@ -927,6 +927,19 @@ static dt_status fit(dt_trainer *t, const dt_train_comm *c, dt_train_result *res
     res->graphs_captured = t->graphs.captured;
     res->steps_graphed = t->graphs.replayed;
     snprintf(res->graphs_off, sizeof res->graphs_off, "%s", t->graphs.on ? "" : t->graphs.why);
+    /* A GPU fit says how its steps ran: a user who expects graphs sees whether and why not */
+    if (chief && dt_model_ops(t->m)->graph_begin) {
+        if (t->graphs.on)
+            DT_INFO("train",
+                    "%" PRId64 " steps: %" PRId64 " replayed from %" PRId64
+                    " CUDA graph%s, %" PRId64
+                    " eager (each batch size's first step and short batches)",
+                    t->graphs.eager + t->graphs.replayed, t->graphs.replayed, t->graphs.captured,
+                    t->graphs.captured == 1 ? "" : "s", t->graphs.eager);
+        else
+            DT_INFO("train", "%" PRId64 " steps, all eager: CUDA graphs off (%s)", t->graphs.eager,
+                    t->graphs.why);
+    }
     /* Keras's fit() ends with finalize_variable_values: use_ema's average becomes the weights
      * (on every replica, after the last checkpoint, which keeps the raw weights to resume). */
     dt_optim_finalize(t->opt);
