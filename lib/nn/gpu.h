@@ -54,6 +54,13 @@ dt_status dt_nn_gpu_clique_allreduce(dt_nn_gpu_clique *c, int m, float *buf, siz
 dt_status dt_nn_gpu_clique_broadcast(dt_nn_gpu_clique *c, int m, void *buf, size_t bytes, int root,
                                      dt_err *err);
 dt_status dt_nn_gpu_clique_join(dt_nn_gpu_clique *c, int m, dt_err *err);
+/* In place over buf, G x shard floats of m's device (the hierarchical all-reduce): member m's
+ * shard m becomes the members' sum of it; all_gather copies every member's shard m to all.
+ * Both overlap like an all-reduce of device memory: join before reading. */
+dt_status dt_nn_gpu_clique_reduce_scatter(dt_nn_gpu_clique *c, int m, float *buf, size_t shard,
+                                          dt_err *err);
+dt_status dt_nn_gpu_clique_all_gather(dt_nn_gpu_clique *c, int m, float *buf, size_t shard,
+                                      dt_err *err);
 void dt_nn_gpu_clique_abort(dt_nn_gpu_clique *c);
 void dt_nn_gpu_clique_free(dt_nn_gpu_clique *c);
 

@@ -882,6 +882,56 @@ static void f_clique_free(void *cv)
     free(c);
 }
 
+/* In place over buf (n x shard floats): reduce, a reduce-scatter (member m's shard m becomes
+ * the sum of every member's), else an all-gather. Done when it returns; the sums in member order.
+ */
+static int f_sharded(fclique *c, int m, float *buf, size_t shard, bool reduce, char *msg,
+                     size_t len)
+{
+    atomic_fetch_add(&clique_calls, 1);
+    if (in_arena(buf))
+        check(__func__, "buf", buf, false);
+    c->bufs[m] = buf;
+    float *sum = malloc((shard ? shard : 1) * sizeof *sum);
+    int rc = sum ? f_barrier(c) : -1;
+    open_arena();
+    for (size_t i = 0; rc == 0 && reduce && i < shard; i++) {
+        float v = ((float *)c->bufs[0])[(size_t)m * shard + i];
+        for (int k = 1; k < c->n; k++)
+            v += ((float *)c->bufs[k])[(size_t)m * shard + i];
+        sum[i] = v;
+    }
+    /* all-gather: shard k of member k is never written, so it is read while others write */
+    for (int k = 0; rc == 0 && !reduce && k < c->n; k++)
+        if (k != m)
+            memcpy(buf + (size_t)k * shard, (float *)c->bufs[k] + (size_t)k * shard,
+                   shard * sizeof *buf);
+    close_arena();
+    if (rc == 0)
+        rc = f_barrier(c); /* every member has read every buffer */
+    if (rc == 0 && reduce) {
+        open_arena();
+        memcpy(buf + (size_t)m * shard, sum, shard * sizeof *sum);
+        close_arena();
+    }
+    free(sum);
+    if (rc != 0) {
+        snprintf(msg, len, "the fake clique was aborted");
+        rc = -2;
+    }
+    return rc;
+}
+
+static int f_clique_reduce_scatter(void *cv, int m, float *buf, size_t shard, char *msg, size_t len)
+{
+    return f_sharded(cv, m, buf, shard, true, msg, len);
+}
+
+static int f_clique_all_gather(void *cv, int m, float *buf, size_t shard, char *msg, size_t len)
+{
+    return f_sharded(cv, m, buf, shard, false, msg, len);
+}
+
 /* The stand-in's all-reduces are done when they return: nothing to order after them. */
 static int f_clique_join(void *cv, int m, char *msg, size_t len)
 {
@@ -907,6 +957,8 @@ static const dt_nn_cuda_api fake_api = {
     .clique_allreduce = f_clique_allreduce,
     .clique_broadcast = f_clique_broadcast,
     .clique_join = f_clique_join,
+    .clique_reduce_scatter = f_clique_reduce_scatter,
+    .clique_all_gather = f_clique_all_gather,
     .clique_abort = f_clique_abort,
     .clique_free = f_clique_free,
 };

@@ -19,7 +19,7 @@ struct slot {
     void *recv;
     size_t count;
     ncclDataType_t type;
-    int kind; /* 0 all-reduce, 1 broadcast */
+    int kind; /* 0 all-reduce, 1 broadcast, 2 reduce-scatter, 3 all-gather (count: a shard's) */
     int root;
 };
 
@@ -226,6 +226,33 @@ static ncclResult_t complete(group *g)
                 memmove(g->slots[(size_t)m].recv, r.send, bytes);
         return ncclSuccess;
     }
+    if (s0.kind == 2) {
+        /* member m's recv: shard m of every send, summed in member order; in place is recv ==
+         * send + m * count (NCCL's rule), where reading shard m of the others first is safe */
+        std::vector<float> v(s0.count);
+        for (int m = 0; m < g->n; m++) {
+            size_t off = (size_t)m * s0.count;
+            for (size_t i = 0; i < s0.count; i++) {
+                float a = ((const float *)s0.send)[off + i];
+                for (int k = 1; k < g->n; k++)
+                    a += ((const float *)g->slots[(size_t)k].send)[off + i];
+                v[i] = a;
+            }
+            memcpy(g->slots[(size_t)m].recv, v.data(), s0.count * sizeof(float));
+        }
+        return ncclSuccess;
+    }
+    if (s0.kind == 3) {
+        /* every recv: the members' sends in member order (in place: send == recv + m * count) */
+        size_t bytes = s0.count * type_bytes(s0.type);
+        for (int m = 0; m < g->n; m++)
+            for (int k = 0; k < g->n; k++) {
+                char *dst = (char *)g->slots[(size_t)m].recv + (size_t)k * bytes;
+                if (dst != g->slots[(size_t)k].send)
+                    memmove(dst, g->slots[(size_t)k].send, bytes);
+            }
+        return ncclSuccess;
+    }
     /* float sum in member order, element by element: every recv gets the same bits, and a
      * member's recv may be its send (in place) */
     for (size_t i = 0; i < s0.count; i++) {
@@ -299,6 +326,24 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
     if (!comm)
         return fail(ncclInvalidArgument, "NULL communicator");
     return issue_or_record(comm, slot{send, recv, count, type, 0, 0}, s);
+}
+
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t s)
+{
+    if (op != ncclSum || type != ncclFloat32)
+        return fail(ncclInvalidArgument, "the emulator's reduce-scatter sums float32 only");
+    if (!comm)
+        return fail(ncclInvalidArgument, "NULL communicator");
+    return issue_or_record(comm, slot{send, recv, recvcount, type, 2, 0}, s);
+}
+
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t s)
+{
+    if (!comm || type_bytes(type) == 0)
+        return fail(ncclInvalidArgument, "ncclAllGather: bad communicator or type");
+    return issue_or_record(comm, slot{send, recv, sendcount, type, 3, 0}, s);
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type,

@@ -341,6 +341,111 @@ DT_TEST_TIMEOUT(gpu_nccl_members_agree, 300)
     free(mb);
 }
 
+/* --- reduce-scatter and all-gather (the hierarchical all-reduce's in-host stages) ----------- */
+
+#define NSHARDS 3
+static const size_t shards[NSHARDS] = {1, 7, 1000};
+
+/* Member m's input: integer values, so every sum is exact whatever the order. */
+static float sharded_input(int m, size_t i)
+{
+    return (float)((m + 1) * (int)(i % 13) - 5);
+}
+
+typedef struct sharded {
+    member *p;
+    float *rs[NSHARDS], *ag[NSHARDS]; /* after the reduce-scatter, after the all-gather */
+} sharded;
+
+static void *sharded_member(void *arg)
+{
+    sharded *q = arg;
+    member *p = q->p;
+    const dt_nn_ops *g = NULL;
+    dt_err err = {0};
+    char msg[512];
+    if (dt_nn_gpu_bind(p->dev, false, &g, &err) != DT_OK) {
+        member_fail(p, "bind", err.msg);
+        return NULL;
+    }
+    for (size_t s = 0; s < NSHARDS && !p->err[0]; s++) {
+        size_t k = shards[s], n = k * (size_t)p->n;
+        float *x = malloc(n * sizeof *x);
+        for (size_t i = 0; i < n; i++)
+            x[i] = sharded_input(p->m, i);
+        float *d = gpu_up(g, x, n);
+        if (p->api->clique_reduce_scatter(p->c, p->m, d, k, msg, sizeof msg) != 0 ||
+            p->api->clique_join(p->c, p->m, msg, sizeof msg) != 0)
+            member_fail(p, "reduce-scatter", msg);
+        q->rs[s] = gpu_down(g, d, n);
+        if (!p->err[0] && (p->api->clique_all_gather(p->c, p->m, d, k, msg, sizeof msg) != 0 ||
+                           p->api->clique_join(p->c, p->m, msg, sizeof msg) != 0))
+            member_fail(p, "all-gather", msg);
+        q->ag[s] = gpu_down(g, d, n);
+        g->free(d);
+        free(x);
+    }
+    /* host memory is refused before NCCL (every member is, so none waits) */
+    float h[4] = {0};
+    if (!p->err[0] && p->api->clique_reduce_scatter(p->c, p->m, h, 1, msg, sizeof msg) != -1)
+        member_fail(p, "a reduce-scatter of host memory", "accepted");
+    else if (!p->err[0] && !strstr(msg, "device memory"))
+        member_fail(p, "a reduce-scatter of host memory", msg);
+    if (dt_nn_gpu_sync(&err) != DT_OK)
+        member_fail(p, "sync", err.msg);
+    dt_nn_gpu_unbind();
+    return NULL;
+}
+
+/* 2..8 members: after the reduce-scatter member m's shard m is the members' sum of it (and its
+ * other shards are its own input), after the all-gather every member holds every sum. */
+DT_TEST_TIMEOUT(gpu_nccl_reduce_scatter_all_gather, 120)
+{
+    const dt_nn_cuda_api *api = nccl_api();
+    int devs[MAX_MEMBERS];
+    void *c = NULL;
+    wd_arm(100, "the reduce-scatters and all-gathers");
+    int n = clique_for(api, 0, devs, &c);
+    member *mb = calloc(MAX_MEMBERS, sizeof *mb);
+    sharded q[MAX_MEMBERS];
+    memset(q, 0, sizeof q);
+    init_members(mb, n, api, c, devs);
+    pthread_t t[MAX_MEMBERS];
+    for (int m = 0; m < n; m++) {
+        q[m].p = &mb[m];
+        ASSERT_EQ(pthread_create(&t[m], NULL, sharded_member, &q[m]), 0);
+    }
+    for (int m = 0; m < n; m++)
+        pthread_join(t[m], NULL);
+    for (int m = 0; m < n; m++)
+        if (mb[m].err[0])
+            DT_FAIL_("%s", mb[m].err);
+    for (size_t s = 0; s < NSHARDS; s++) {
+        size_t k = shards[s];
+        for (int m = 0; m < n; m++)
+            for (int j = 0; j < n; j++)
+                for (size_t i = 0; i < k; i++) {
+                    size_t at = (size_t)j * k + i;
+                    float sum = 0;
+                    for (int r = 0; r < n; r++)
+                        sum += sharded_input(r, at);
+                    float want_rs = j == m ? sum : sharded_input(m, at);
+                    if (q[m].rs[s][at] != want_rs || q[m].ag[s][at] != sum)
+                        DT_FAIL_("%d members, shard %zu: member %d, element %zu: reduce-scatter "
+                                 "%g (want %g), all-gather %g (want %g)",
+                                 n, k, m, at, q[m].rs[s][at], want_rs, q[m].ag[s][at], sum);
+                }
+        printf("%d members, shards of %zu floats: reduce-scatter and all-gather exact\n", n, k);
+        for (int m = 0; m < n; m++) {
+            free(q[m].rs[s]);
+            free(q[m].ag[s]);
+        }
+    }
+    api->clique_free(c);
+    wd_disarm();
+    free(mb);
+}
+
 /* --- abort ---------------------------------------------------------------------------------- */
 
 enum {

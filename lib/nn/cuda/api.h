@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define DT_NN_CUDA_ABI 7
+#define DT_NN_CUDA_ABI 8
 
 /* One device as the runtime describes it. */
 typedef struct dt_nn_cuda_dev {
@@ -83,6 +83,13 @@ typedef struct dt_nn_cuda_api {
     int (*clique_broadcast)(void *c, int m, void *buf, size_t bytes, int root, char *msg,
                             size_t len);
     int (*clique_join)(void *c, int m, char *msg, size_t len);
+    /* In-place SUM reduce-scatter and all-gather of buf, n members x shard floats of device
+     * memory (the hierarchical all-reduce across hosts): after reduce_scatter, member m's shard
+     * buf[m * shard, (m + 1) * shard) holds every member's sum of it; all_gather gives every
+     * member every member's shard m. On the side stream, like an all-reduce of device memory:
+     * join before reading. Every member ends with the same bits. */
+    int (*clique_reduce_scatter)(void *c, int m, float *buf, size_t shard, char *msg, size_t len);
+    int (*clique_all_gather)(void *c, int m, float *buf, size_t shard, char *msg, size_t len);
     void (*clique_abort)(void *c);
     void (*clique_free)(void *c);
 } dt_nn_cuda_api;

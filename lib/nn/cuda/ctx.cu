@@ -535,6 +535,8 @@ static void build(void)
     api.clique_allreduce = dt_cu_clique_allreduce;
     api.clique_broadcast = dt_cu_clique_broadcast;
     api.clique_join = dt_cu_clique_join;
+    api.clique_reduce_scatter = dt_cu_clique_reduce_scatter;
+    api.clique_all_gather = dt_cu_clique_all_gather;
     api.clique_abort = dt_cu_clique_abort;
     api.clique_free = dt_cu_clique_free;
 }

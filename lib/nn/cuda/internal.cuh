@@ -136,6 +136,8 @@ int dt_cu_clique_new(int n, const int *devs, void **out, char *msg, size_t len);
 int dt_cu_clique_allreduce(void *c, int m, float *buf, size_t count, char *msg, size_t len);
 int dt_cu_clique_broadcast(void *c, int m, void *buf, size_t bytes, int root, char *msg,
                            size_t len);
+int dt_cu_clique_reduce_scatter(void *c, int m, float *buf, size_t shard, char *msg, size_t len);
+int dt_cu_clique_all_gather(void *c, int m, float *buf, size_t shard, char *msg, size_t len);
 int dt_cu_clique_join(void *c, int m, char *msg, size_t len);
 void dt_cu_clique_abort(void *c);
 void dt_cu_clique_free(void *c);

@@ -406,7 +406,7 @@ static void *stage(clique *c, int m, size_t bytes, char *msg, size_t len)
     return d;
 }
 
-enum coll { COLL_ALLREDUCE, COLL_BROADCAST };
+enum coll { COLL_ALLREDUCE, COLL_BROADCAST, COLL_REDUCE_SCATTER, COLL_ALL_GATHER };
 
 /* Issues member m's collective on dev_buf (device memory) on stream st and waits until NCCL
  * has queued it (until then nothing else may go on the stream). */
@@ -420,6 +420,14 @@ static int issue(clique *c, int m, coll k, void *dev_buf, size_t count, int root
     if (k == COLL_ALLREDUCE) {
         what = "ncclAllReduce";
         r = ncclAllReduce(dev_buf, dev_buf, count, ncclFloat, ncclSum, c->m[m].comm, st);
+    } else if (k == COLL_REDUCE_SCATTER) { /* in place: shard m of dev_buf (count a shard) */
+        what = "ncclReduceScatter";
+        r = ncclReduceScatter(dev_buf, (float *)dev_buf + (size_t)m * count, count, ncclFloat,
+                              ncclSum, c->m[m].comm, st);
+    } else if (k == COLL_ALL_GATHER) {
+        what = "ncclAllGather";
+        r = ncclAllGather((float *)dev_buf + (size_t)m * count, dev_buf, count, ncclFloat,
+                          c->m[m].comm, st);
     } else {
         what = "ncclBroadcast";
         r = ncclBroadcast(dev_buf, dev_buf, count, ncclUint8, root, c->m[m].comm, st);
@@ -468,7 +476,13 @@ static int collective(clique *c, int m, coll k, void *buf, size_t count, size_t 
     if (where < 0)
         return -1;
     member *p = &c->m[m];
-    if (where == 1 && k == COLL_ALLREDUCE) {
+    bool sharded = k == COLL_REDUCE_SCATTER || k == COLL_ALL_GATHER;
+    if (sharded && where != 1)
+        return say(msg, len,
+                   "/gpu:%d: NCCL clique member %d: a reduce-scatter or all-gather takes "
+                   "device memory",
+                   p->dev, m);
+    if (where == 1 && k != COLL_BROADCAST) {
         cudaError_t e = cudaEventRecord(p->ready, dt_cu_stream());
         if (e == cudaSuccess)
             e = cudaStreamWaitEvent(p->side, p->ready, 0);
@@ -520,6 +534,21 @@ int dt_cu_clique_allreduce(void *c, int m, float *buf, size_t count, char *msg, 
 int dt_cu_clique_broadcast(void *c, int m, void *buf, size_t bytes, int root, char *msg, size_t len)
 {
     return collective((clique *)c, m, COLL_BROADCAST, buf, bytes, bytes, root, msg, len);
+}
+
+int dt_cu_clique_reduce_scatter(void *c, int m, float *buf, size_t shard, char *msg, size_t len)
+{
+    clique *q = (clique *)c;
+    size_t n = q && q->n > 0 ? (size_t)q->n : 0;
+    return collective(q, m, COLL_REDUCE_SCATTER, buf, shard, n * shard * sizeof(float), 0, msg,
+                      len);
+}
+
+int dt_cu_clique_all_gather(void *c, int m, float *buf, size_t shard, char *msg, size_t len)
+{
+    clique *q = (clique *)c;
+    size_t n = q && q->n > 0 ? (size_t)q->n : 0;
+    return collective(q, m, COLL_ALL_GATHER, buf, shard, n * shard * sizeof(float), 0, msg, len);
 }
 
 int dt_cu_clique_join(void *cv, int m, char *msg, size_t len)
