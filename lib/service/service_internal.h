@@ -24,6 +24,8 @@
 #include "config/jobspec.h"
 #include "jobs.pb-c.h"
 #include "train/train.h"
+#include "nn/gpu.h"
+#include "comm/comm.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -517,5 +519,21 @@ void dt__service_on_watch(dt_service *j, dt_rpc_call *call);
 void dt__service_on_export(dt_service *j, dt_rpc_call *call);
 void dt__service_on_evaluate(dt_service *j, dt_rpc_call *call);
 void dt__service_on_predict(dt_service *j, dt_rpc_call *call);
+
+/* gpu_ring.c: the hierarchical all-reduce of GPU replicas across hosts, one per replica (its
+ * thread): a bucket of device memory reduce-scattered among the host's G GPUs by the clique,
+ * member's shard around host ring `ring` (the hierarchical comm's ring of its local index)
+ * through pinned host memory, then all-gathered. start waits for the shard's download and
+ * starts the ring; wait ends it and queues the all-gather and the copy back on the replica's
+ * stream. Every replica of every host ends with the same bits. */
+typedef struct dt__gpu_ring dt__gpu_ring;
+dt_status dt__gpu_ring_new(dt_nn_gpu_clique *clique, int member, int G, dt_comm *ring,
+                           const dt_nn_ops *ops, dt__gpu_ring **out, dt_err *err);
+void dt__gpu_ring_free(dt__gpu_ring *g); /* NULL-safe; after its requests were waited for */
+dt_status dt__gpu_ring_start(dt__gpu_ring *g, float *buf, size_t n, int64_t timeout_ms, void **req,
+                             dt_err *err);
+dt_status dt__gpu_ring_wait(dt__gpu_ring *g, void *req, int64_t timeout_ms, dt_err *err);
+/* Whether req came from g's start (the replica's comm also carries the hierarchical comm's). */
+bool dt__gpu_ring_owns(const dt__gpu_ring *g, const void *req);
 
 #endif

@@ -418,7 +418,9 @@ typedef struct replica {
     int member, G;
     dt_trainer *tr;
     hier_ctx hc;
-    dt_nn_gpu_clique *clique; /* GPU replicas of a one-task job: NCCL; else NULL */
+    dt_nn_gpu_clique *clique; /* GPU replicas: NCCL among the host's GPUs; else NULL */
+    dt__gpu_ring *gr;         /* several hosts: the buckets' hierarchical all-reduce */
+    const dt_nn_ops *ops;     /* its model's (its device's) */
     dt_train_result res;
     dt_status st;
     dt_err err;
@@ -459,6 +461,40 @@ static dt_status clique_broadcast(void *ctx, void *buf, size_t bytes, int root, 
     return dt_nn_gpu_clique_broadcast(r->clique, r->member, buf, bytes, root, err);
 }
 
+/* GPU hosts: a bucket through the clique and this replica's host ring (gpu_ring.c); the rest
+ * (the step's tail, validation, broadcasts) through the hierarchical comm in host memory. */
+static dt_status gr_bucket_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+{
+    replica *r = ctx;
+    return dt__gpu_ring_start(r->gr, buf, n, ALLREDUCE_TIMEOUT_MS, req, err);
+}
+
+static dt_status gr_allreduce_start(void *ctx, float *buf, size_t n, void **req, dt_err *err)
+{
+    replica *r = ctx;
+    return hier_allreduce_start(&r->hc, buf, n, req, err);
+}
+
+static dt_status gr_wait(void *ctx, void *req, dt_err *err)
+{
+    replica *r = ctx;
+    if (dt__gpu_ring_owns(r->gr, req))
+        return dt__gpu_ring_wait(r->gr, req, ALLREDUCE_TIMEOUT_MS, err);
+    return hier_wait(&r->hc, req, err);
+}
+
+static dt_status gr_broadcast(void *ctx, void *buf, size_t bytes, int root, dt_err *err)
+{
+    replica *r = ctx;
+    return hier_broadcast(&r->hc, buf, bytes, root, err);
+}
+
+static void gr_busy(void *ctx, double *in_host_s, double *ring_s)
+{
+    replica *r = ctx;
+    hier_busy(&r->hc, in_host_s, ring_s);
+}
+
 static void clique_abort(void *arg)
 {
     dt_nn_gpu_clique_abort(arg);
@@ -483,7 +519,22 @@ static void *replica_fit(void *arg)
                           .wait = hier_wait,
                           .broadcast = hier_broadcast,
                           .busy = hier_busy};
-    if (r->clique)
+    if (r->clique && t->world > 1) {
+        r->st = dt__gpu_ring_new(r->clique, r->member, r->G, dt_comm_hier_ring(r->hc.h, r->member),
+                                 r->ops, &r->gr, &r->err);
+        if (r->st != DT_OK) {
+            dt_comm_hier_abort(r->hc.h, r->err.msg);
+            if (r->member > 0)
+                device_unbind(r->spec);
+            return NULL;
+        }
+        comm.ctx = r;
+        comm.allreduce_start = gr_allreduce_start;
+        comm.wait = gr_wait;
+        comm.broadcast = gr_broadcast;
+        comm.busy = gr_busy;
+        comm.bucket_start = gr_bucket_start;
+    } else if (r->clique)
         comm = (dt_train_comm){.ctx = r,
                                .rank = r->member,
                                .world = r->G,
@@ -504,6 +555,8 @@ static void *replica_fit(void *arg)
     for (size_t i = 0; i < r->hc.npending; i++)
         dt_comm_hier_wait(r->hc.pending[i], 1000, &e);
     r->hc.npending = 0;
+    dt__gpu_ring_free(r->gr); /* its device buffers: before the thread lets the device go */
+    r->gr = NULL;
     if (r->member > 0)
         device_unbind(r->spec);
     return NULL;
@@ -602,6 +655,7 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
         if (o.rank == 0)
             o.progress =
                 (dt_train_progress){pc, on_epoch_begin, on_step_end, on_epoch_end, on_resumed};
+        reps[m].ops = o.ops;
         st = dt_train_new(spec, &o, &reps[m].tr, &err);
         if (st != DT_OK) {
             dt_err_prefix(&err, "replica %s", dev_name(spec, m, dn, sizeof dn));
@@ -628,7 +682,9 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
     if (st == DT_OK)
         st = hier_open(t, spec, &local, &hier, &err);
     dt_nn_gpu_clique *clique = NULL;
-    if (st == DT_OK && spec->gpu && t->world == 1) {
+    /* NCCL among the host's GPUs: the whole all-reduce with one host; with several, its
+     * in-host stages around the host rings (gpu_ring.c), where one GPU a host has none */
+    if (st == DT_OK && spec->gpu && (t->world == 1 || G > 1)) {
         st = dt_nn_gpu_clique_new(G, spec->devices, &clique, &err);
         if (st == DT_ENOTSUP) { /* a backend without NCCL: the host's comm, through host memory */
             DT_WARN("jobs", "%s; the GPUs all-reduce through host memory", err.msg);
@@ -646,7 +702,9 @@ static void replicas_main(const trainer_task *t, const dt_jobspec *spec, progres
     if (st == DT_OK)
         DT_INFO("jobs", "rank %d trains %d %s replicas (global ranks %d..%d of %d)%s", t->rank, G,
                 spec->gpu ? "GPU" : "CPU", t->rank * G, t->rank * G + G - 1, t->world * G,
-                clique ? ", all-reduced with NCCL" : "");
+                !clique         ? ""
+                : t->world == 1 ? ", all-reduced with NCCL"
+                                : ", NCCL among them and one host ring a GPU across hosts");
     char hash[32] = "";
     if (st == DT_OK) {
         if (t->rank == 0) {

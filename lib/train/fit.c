@@ -998,15 +998,18 @@ dt_status dt_train_fit(dt_trainer *t, const dt_train_comm *comm, dt_train_result
                           dt_jobspec_compression_name(t->spec->compression));
     /* A device's memory reaches a host-memory comm through mirrors; a comm that reads the
      * device's memory itself (NCCL), or none (one replica), needs none. */
-    if (dt_model_ops(t->m)->device_memory && !comm->device_buffers && comm->world > 1 && !t->hg) {
+    if (dt_model_ops(t->m)->device_memory && !comm->device_buffers && comm->world > 1) {
         size_t np, nst;
         dt_model_params(t->m, &np);
         dt_model_state(t->m, &nst);
         size_t big = np > nst ? np : nst;
-        /* pinned: a bucket's download then waits for the stream once, not twice */
-        t->hg = dt_model_ops(t->m)->host_alloc((np ? np : 1) * sizeof *t->hg);
-        t->bcast = malloc((big ? big : 1) * sizeof *t->bcast);
-        if (!t->hg || !t->bcast)
+        /* pinned: a bucket's download then waits for the stream once, not twice; a comm that
+         * moves the buckets itself (bucket_start) needs no mirror of them */
+        if (!comm->bucket_start && !t->hg)
+            t->hg = dt_model_ops(t->m)->host_alloc((np ? np : 1) * sizeof *t->hg);
+        if (!t->bcast)
+            t->bcast = malloc((big ? big : 1) * sizeof *t->bcast);
+        if ((!t->hg && !comm->bucket_start) || !t->bcast)
             return dt_err_set(err, DT_ENOMEM, "train: out of memory");
     }
     if (t->opts.pulse) {

@@ -53,6 +53,11 @@ static dt_status start_bucket(dt_trainer *t, dt_err *err)
     if (k == 0)
         t->first_start = dt_wall_s();
     const dt_train_comm *c = t->comm;
+    if (c->bucket_start) { /* the comm takes the device's memory itself */
+        DT_TRY(c->bucket_start(c->ctx, g + t->lo[k], t->hi[k] - t->lo[k], &t->reqs[k], err));
+        t->started++;
+        return DT_OK;
+    }
     if (t->hg) { /* the ring reads host memory */
         dt_model_ops(t->m)->download(t->hg + t->lo[k], g + t->lo[k],
                                      (t->hi[k] - t->lo[k]) * sizeof(float));
@@ -404,7 +409,7 @@ dt_status dt__train_run_step(dt_trainer *t, const dt_train_comm *c, const dt_bat
         DT_TRY(c->wait(c->ctx, treq, err));
         dt__train_pulse(t, DT_TRAIN_WORK);
         ops->upload(g + lo, rider, ride * sizeof(float));
-        for (size_t k = 0; t->hg && k < t->nwire; k++)
+        for (size_t k = 0; t->hg && !c->bucket_start && k < t->nwire; k++)
             ops->upload(g + t->lo[k], t->hg + t->lo[k], (t->hi[k] - t->lo[k]) * sizeof(float));
         /* the same sum on every replica, times the same factor: still bit-identical */
         float inv = 1.0f / (float)c->world;

@@ -125,6 +125,12 @@ typedef struct dt_train_comm {
      * step's metrics and validation's sums); NULL: allreduce_start and wait. The result must be
      * bitwise identical on every rank. */
     dt_status (*allreduce_host)(void *ctx, float *buf, size_t n, dt_err *err);
+    /* Optional, with device_buffers false on a device backend: starts the all-reduce of a
+     * gradient bucket that lies in the device's memory, which the comm moves itself (GPU hosts:
+     * NCCL reduce-scatter among the host's GPUs, each GPU's shard around a host ring, NCCL
+     * all-gather); wait ends it with the sums in buf, queued on the device's stream. NULL: fit
+     * downloads each bucket into a host mirror for allreduce_start. */
+    dt_status (*bucket_start)(void *ctx, float *dev_buf, size_t n, void **req, dt_err *err);
 } dt_train_comm;
 
 /* A comm for a single process (world 1): all-reduce and broadcast do nothing. */
