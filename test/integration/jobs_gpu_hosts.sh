@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# timeout: 180
+# GPU replicas on several hosts, end to end without a GPU: two daemons, each in a private mount
+# namespace whose /dev lists two GPUs (nvidia0, nvidia1: what a daemon counts and reports), on
+# the stand-in backend (build/libdtrain-fakegpu.so: the CPU kernels as 2 devices with their own
+# memory, NCCL's place taken by a barrier). A job on ["/gpu:0", "/gpu:1"] is accepted at submit
+# against the GPUs the daemons reported, and trains with the buckets reduce-scattered and
+# all-gathered by the clique inside each daemon and one host ring per GPU index between them
+# (lib/service/gpu_ring.c). Its weights are the same job's on ["/cpu:0", "/cpu:1"] bit for bit
+# (2 x 2: every sum has two terms at each stage, so no order can differ); both daemons agree.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib_jobs.sh"
+
+fake=$DT_SRC_DIR/build/libdtrain-fakegpu.so
+[[ -f $fake ]] || dt_skip "no $fake (make builds it)"
+[[ $(id -u) == 0 ]] || dt_skip "needs root: each daemon gets a mount namespace of its own"
+command -v unshare >/dev/null || dt_skip "no unshare (util-linux)"
+
+# The daemon's /dev: the devices a process needs, bound from the real /dev, and two GPU names.
+dev=$DT_TEST_TMP/dev
+mkdir -p "$dev"
+for f in null zero random urandom full nvidia0 nvidia1 nvidiactl; do : >"$dev/$f"; done
+cat >"$DT_TEST_TMP/gpudev.sh" <<'SH'
+#!/bin/sh
+# gpudev.sh DEV CMD ARGS...: CMD in a private mount namespace with DEV as its /dev.
+dev=$1
+shift
+exec unshare -m --propagation private sh -c '
+  dev=$1; shift
+  for f in null zero random urandom full; do mount --bind "/dev/$f" "$dev/$f" || exit 97; done
+  mount --rbind "$dev" /dev || exit 98
+  exec "$@"' sh "$dev" "$@"
+SH
+chmod +x "$DT_TEST_TMP/gpudev.sh"
+unshare -m --propagation private true 2>/dev/null || dt_skip "no mount namespaces here"
+
+# jobs_start_one's daemon, in its namespace, on the stand-in backend
+gpu_daemons() {
+  local tag=$1 i
+  local -a ports
+  mapfile -t ports < <(dt_free_ports 2)
+  JOBS_ADDRS=("127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}")
+  for i in 0 1; do
+    mkdir -p "$DT_TEST_TMP/$tag-w$i"
+    dt_bg "$tag-w$i" env TF_CONFIG="$(dt_tfconfig_workers "$i" "${JOBS_ADDRS[@]}")" \
+      DTRAIN_CUDA_LIB="$fake" DTRAIN_FAKE_GPUS=2 "$DT_TEST_TMP/gpudev.sh" "$dev" \
+      "$DT_BIN_DIR/dtraind" --ready-file "$DT_TEST_TMP/$tag-w$i.ready" \
+      --state-dir "$DT_TEST_TMP/$tag-w$i" --data-root "$JOBS_DATA" --rendezvous-timeout 30
+  done
+  for i in 0 1; do
+    dt_wait_file "$DT_TEST_TMP/$tag-w$i.ready" --timeout 30 ||
+      dt_fail "$tag: worker:$i never saw the cluster formed: $(tail -3 "$DT_TEST_TMP/$tag-w$i.log")"
+  done
+  JOBS_ADDR=${JOBS_ADDRS[0]}
+}
+
+jobs_data
+# small buckets: the Dense layers' 2,388 gradients go on the wire (through the clique and the
+# host rings), the first layer's 40 ride with the step's metrics
+small='"bucket_mb": 0.001, "first_bucket_mb": 0.0005'
+jobs_spec "$DT_TEST_TMP/cpus.json" 2 32 ", \"strategy\": {\"devices\": [\"/cpu:0\", \"/cpu:1\"], $small}"
+jobs_spec "$DT_TEST_TMP/gpus.json" 2 32 ", \"strategy\": {\"devices\": [\"/gpu:0\", \"/gpu:1\"], $small}"
+jobs_spec "$DT_TEST_TMP/gpu3.json" 2 32 ', "strategy": {"devices": ["/gpu:0", "/gpu:2"]}'
+
+gpu_daemons g
+jc cluster --json >"$DT_TEST_TMP/cluster.json" || dt_fail "dtrain cluster"
+/usr/bin/python3 - "$DT_TEST_TMP/cluster.json" <<'PY' || dt_fail "the daemons' GPUs in dtrain cluster"
+import json, sys
+c = json.load(open(sys.argv[1]))
+tasks = c.get("tasks") or c.get("cluster") or c
+gpus = [t.get("gpus") for t in tasks] if isinstance(tasks, list) else None
+print("dtrain cluster: gpus", gpus)
+assert gpus and all((g if isinstance(g, int) else g.get("count")) == 2 for g in gpus), gpus
+PY
+
+# a device the hosts lack is refused at submit, naming it
+rc=0
+jc submit "$DT_TEST_TMP/gpu3.json" >/dev/null 2>"$DT_TEST_TMP/gpu3.err" || rc=$?
+dt_assert_eq "$rc" 2 "a job on /gpu:2 of 2-GPU hosts"
+dt_assert_contains "$DT_TEST_TMP/gpu3.err" "/gpu:2" "the refusal names the device"
+
+jc submit "$DT_TEST_TMP/gpus.json" --watch --json >"$DT_TEST_TMP/gpus.jsonl" ||
+  dt_fail "the 2 x 2 GPU job did not succeed: $(tail -1 "$DT_TEST_TMP/gpus.jsonl")"
+jc status 1 --json >"$DT_TEST_TMP/gpus.status"
+dt_assert_eq "$(dt_json_get examples "$DT_TEST_TMP/gpus.status")" 512 "examples over 4 GPU replicas"
+g0=$(dt_json_get weights_hashes.0 "$DT_TEST_TMP/gpus.status")
+[[ -n $g0 ]] || dt_fail "the GPU job reported no weights hash"
+dt_assert_eq "$(dt_json_get weights_hashes.1 "$DT_TEST_TMP/gpus.status")" "$g0" "the two daemons' hashes"
+for i in 0 1; do
+  dt_assert_contains "$DT_TEST_TMP/g-w$i.log" \
+    "rank $i trains 2 GPU replicas .* NCCL among them and one host ring a GPU across hosts" \
+    "worker:$i's GPU replicas"
+done
+dt_assert_contains "$DT_TEST_TMP/g-w0.log" "2 fusion buckets over 2428 gradients" "the bucket plan"
+
+jc submit "$DT_TEST_TMP/cpus.json" --watch --json >"$DT_TEST_TMP/cpus.jsonl" ||
+  dt_fail "the 2 x 2 CPU job did not succeed: $(tail -1 "$DT_TEST_TMP/cpus.jsonl")"
+c0=$(jc status 2 --json | dt_json_get weights_hashes.0)
+echo "2 daemons x 2 replicas: GPUs (stand-in) $g0, CPUs $c0"
+dt_assert_eq "$g0" "$c0" "the GPU job's weights against the CPU job's"
+dt_stop_daemon g-w1
+dt_stop_daemon g-w0
