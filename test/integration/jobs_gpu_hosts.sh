@@ -8,6 +8,7 @@
 # all-gathered by the clique inside each daemon and one host ring per GPU index between them
 # (lib/service/gpu_ring.c). Its weights are the same job's on ["/cpu:0", "/cpu:1"] bit for bit
 # (2 x 2: every sum has two terms at each stage, so no order can differ); both daemons agree.
+# Then the same on the CUDA backend's own code, on the host emulator of 2 GPUs a daemon.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
@@ -34,16 +35,18 @@ SH
 chmod +x "$DT_TEST_TMP/gpudev.sh"
 unshare -m --propagation private true 2>/dev/null || dt_skip "no mount namespaces here"
 
-# jobs_start_one's daemon, in its namespace, on the stand-in backend
+# gpu_daemons TAG VAR=VALUE...: jobs_start_one's two daemons, each in its namespace, with the
+# backend the variables choose
 gpu_daemons() {
   local tag=$1 i
+  shift
   local -a ports
   mapfile -t ports < <(dt_free_ports 2)
   JOBS_ADDRS=("127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}")
   for i in 0 1; do
     mkdir -p "$DT_TEST_TMP/$tag-w$i"
     dt_bg "$tag-w$i" env TF_CONFIG="$(dt_tfconfig_workers "$i" "${JOBS_ADDRS[@]}")" \
-      DTRAIN_CUDA_LIB="$fake" DTRAIN_FAKE_GPUS=2 "$DT_TEST_TMP/gpudev.sh" "$dev" \
+      "$@" "$DT_TEST_TMP/gpudev.sh" "$dev" \
       "$DT_BIN_DIR/dtraind" --ready-file "$DT_TEST_TMP/$tag-w$i.ready" \
       --state-dir "$DT_TEST_TMP/$tag-w$i" --data-root "$JOBS_DATA" --rendezvous-timeout 30
   done
@@ -62,7 +65,7 @@ jobs_spec "$DT_TEST_TMP/cpus.json" 2 32 ", \"strategy\": {\"devices\": [\"/cpu:0
 jobs_spec "$DT_TEST_TMP/gpus.json" 2 32 ", \"strategy\": {\"devices\": [\"/gpu:0\", \"/gpu:1\"], $small}"
 jobs_spec "$DT_TEST_TMP/gpu3.json" 2 32 ', "strategy": {"devices": ["/gpu:0", "/gpu:2"]}'
 
-gpu_daemons g
+gpu_daemons g DTRAIN_CUDA_LIB="$fake" DTRAIN_FAKE_GPUS=2
 jc cluster --json >"$DT_TEST_TMP/cluster.json" || dt_fail "dtrain cluster"
 /usr/bin/python3 - "$DT_TEST_TMP/cluster.json" <<'PY' || dt_fail "the daemons' GPUs in dtrain cluster"
 import json, sys
@@ -100,3 +103,31 @@ echo "2 daemons x 2 replicas: GPUs (stand-in) $g0, CPUs $c0"
 dt_assert_eq "$g0" "$c0" "the GPU job's weights against the CPU job's"
 dt_stop_daemon g-w1
 dt_stop_daemon g-w0
+
+# The CUDA backend's own code (nccl.cu's clique, the kernels) on the host emulator of 2 GPUs:
+# the same job follows the CPU job epoch by epoch (other kernels, so other last bits).
+emu=$DT_SRC_DIR/build/libdtrain-cudaemu.so
+if [[ ! -f $emu ]]; then
+  echo "no $emu (the build makes it where python3 and g++ exist): the emulated run is left out"
+  exit 0
+fi
+gpu_daemons e DTRAIN_CUDA_LIB="$emu" DTRAIN_EMU_GPUS=2
+jc submit "$DT_TEST_TMP/gpus.json" --watch --json >"$DT_TEST_TMP/emu.jsonl" ||
+  dt_fail "the 2 x 2 emulated GPU job did not succeed: $(tail -1 "$DT_TEST_TMP/emu.jsonl")"
+jc status 1 --json >"$DT_TEST_TMP/emu.status"
+e0=$(dt_json_get weights_hashes.0 "$DT_TEST_TMP/emu.status")
+dt_assert_eq "$(dt_json_get weights_hashes.1 "$DT_TEST_TMP/emu.status")" "$e0" \
+  "the two daemons' hashes (emulated GPUs)"
+/usr/bin/python3 - "$DT_TEST_TMP/emu.jsonl" "$DT_TEST_TMP/cpus.jsonl" <<'PY' ||
+import json, sys
+def ends(p):
+    return [e["metrics"] for e in map(json.loads, open(p)) if e["kind"] == "epoch_end"]
+a, b = ends(sys.argv[1]), ends(sys.argv[2])
+assert len(a) == len(b) == 2, (a, b)
+worst = max(abs(x[k] - y[k]) / abs(y[k]) for x, y in zip(a, b) for k in ("loss", "val_loss"))
+print("2 x 2 emulated GPUs against 2 x 2 CPUs: epoch losses within %.2g (relative)" % worst)
+assert worst <= 1e-4, (a, b)
+PY
+  dt_fail "the emulated GPU job against the CPU job"
+dt_stop_daemon e-w1
+dt_stop_daemon e-w0
