@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 180
+# timeout: 240
 # GPU replicas on several hosts, end to end without a GPU: two daemons, each in a private mount
 # namespace whose /dev lists two GPUs (nvidia0, nvidia1: what a daemon counts and reports), on
 # the stand-in backend (build/libdtrain-fakegpu.so: the CPU kernels as 2 devices with their own
@@ -8,7 +8,9 @@
 # all-gathered by the clique inside each daemon and one host ring per GPU index between them
 # (lib/service/gpu_ring.c). Its weights are the same job's on ["/cpu:0", "/cpu:1"] bit for bit
 # (2 x 2: every sum has two terms at each stage, so no order can differ); both daemons agree.
-# Then the same on the CUDA backend's own code, on the host emulator of 2 GPUs a daemon.
+# kill -9 of one daemon mid-job releases the other's GPU replicas at once and the job resumes
+# when it is back. Then the same job on the CUDA backend's own code, on the host emulator of 2
+# GPUs a daemon.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_jobs.sh"
 
@@ -101,6 +103,31 @@ jc submit "$DT_TEST_TMP/cpus.json" --watch --json >"$DT_TEST_TMP/cpus.jsonl" ||
 c0=$(jc status 2 --json | dt_json_get weights_hashes.0)
 echo "2 daemons x 2 replicas: GPUs (stand-in) $g0, CPUs $c0"
 dt_assert_eq "$g0" "$c0" "the GPU job's weights against the CPU job's"
+
+# kill -9 of worker:1 mid-job: worker:0's GPU replicas, in the clique or on the host ring, are
+# released at once (the ring's break aborts the hierarchical comm, which aborts the clique), the
+# job goes to `restarting` naming worker:1, and resumes from a checkpoint once it is back.
+jobs_spec "$DT_TEST_TMP/long.json" 400 96 ", \"strategy\": {\"devices\": [\"/gpu:0\", \"/gpu:1\"], $small}, \"checkpoint\": {\"save_freq\": 40, \"keep\": 2}, \"fault_tolerance\": {\"max_restarts\": 2, \"rejoin_timeout_s\": 60}"
+jc submit "$DT_TEST_TMP/long.json" >/dev/null
+jobs_wait_state 3 running 20
+jobs_wait_step_past 3 100
+kill -KILL "$(dt_daemon_pid g-w1)"
+t_kill=$(dt__now_ms)
+jobs_wait_state 3 restarting 5
+dt_wait_for grep -q "job 3: rank 0 ended" "$DT_TEST_TMP/g-w0.log" --timeout 5 ||
+  dt_fail "worker:0's GPU replicas did not stop within 5 s of worker:1's death"
+echo "kill -9 of worker:1: restarting, worker:0's GPU replicas stopped, after $(ms_since "$t_kill") ms"
+dt_assert_contains "$(jc status 3 --json | dt_json_get error)" "worker:1" "the restart names the dead task"
+wait "$(dt_daemon_pid g-w1)" 2>/dev/null || true
+dt_bg g-w1 env TF_CONFIG="$(dt_tfconfig_workers 1 "${JOBS_ADDRS[@]}")" \
+  DTRAIN_CUDA_LIB="$fake" DTRAIN_FAKE_GPUS=2 "$DT_TEST_TMP/gpudev.sh" "$dev" \
+  "$DT_BIN_DIR/dtraind" --ready-file "$DT_TEST_TMP/g-w1.ready2" --state-dir "$DT_TEST_TMP/g-w1" \
+  --data-root "$JOBS_DATA" --rendezvous-timeout 30
+jobs_wait_state 3 running 30
+dt_wait_for grep -q "resuming from .*jobs/3/checkpoints/ckpt-" "$DT_TEST_TMP/g-w0.log" --timeout 10 ||
+  dt_fail "job 3 did not resume from a checkpoint"
+jobs_wait_state 3 succeeded 120
+echo "the GPU job resumed after worker:1 came back and succeeded ($(ms_since "$t_kill") ms after the kill)"
 dt_stop_daemon g-w1
 dt_stop_daemon g-w0
 
