@@ -176,7 +176,7 @@ typedef enum dt_nn_upd_kind {
  * this step and the slot buffers (device memory, the layout of w). Per element, in order:
  *   1. w *= decay (Keras 3's decoupled weight decay, w - w wd lr; decay = 1: none);
  *   2. g clipped to [-clipvalue, clipvalue] when clipvalue > 0 (clipnorm is applied to the
- *      gradient buffer before, see sumsq);
+ *      gradient buffer before, see clip_norm);
  *   3. the kind's update, slots in this order:
  *      SGD      momentum (NULL when momentum == 0)
  *      ADAM     momentum, velocity, velocity_hat (amsgrad; else NULL); c[0] = alpha =
@@ -432,24 +432,8 @@ typedef struct dt_nn_ops {
      * gather through it bit for bit. NULL: the caller gathers on the host. */
     void (*gather)(const float *x, const int32_t *rows, int n, size_t cols, float *y);
 
-    /* Loss over a batch of rows (n, cols), see dt_nn_loss_p: pred are the model's outputs (logits
-     * for the CE family when from_logits), the target is labels (sparse CE, int32 (n), each in
-     * [0, cols) or ignore_class) or values (n, cols). Writes scale * d(loss_i)/d(pred) into dpred
-     * (scale = 1/global batch gives Keras's mean) and returns the sum over rows of the per-sample
-     * losses (Keras's reduction before the mean). row_w (n; NULL: all 1) weighs each row's loss
-     * and gradient (Keras's sample weights, from class_weight). */
-    void (*loss)(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
-                 const float *values, const float *row_w, size_t n, int cols, float scale,
-                 float *dpred, double *loss_sum);
-
-    /* Regularization: returns l1*sum|w| + l2*sum w^2 and adds scale times its gradient to g. */
-    double (*regularize)(const float *w, float *g, size_t n, float l1, float l2, float scale);
-
     /* One optimizer iteration over the flat buffers w and g (n elements), see dt_nn_update. */
     void (*update)(const dt_nn_update *u, float *w, const float *g, size_t n);
-    /* out[i] = sum of x[off[i] .. off[i] + len[i])^2 for i < nseg, summed in double in index
-     * order (deterministic); off, len and out are host memory. The norms of gradient clipping. */
-    void (*sumsq)(const float *x, size_t nseg, const size_t *off, const size_t *len, double *out);
 
     /* Image preprocessing (the Keras augmentation layers) over x (n, h, w, c), hw = h * w; the
      * per-image parameters (flags, f, d) are device memory, drawn by the layer on the host.
@@ -559,17 +543,26 @@ typedef struct dt_nn_ops {
      * into pageable memory would wait for the stream); NULL or host_free'd.
      * download_async: queues a copy of device memory into dst (from host_alloc); dst holds it
      * after the next sync (at once on the CPU).
-     * loss_dev: loss with loss_sum in device memory (one double, written).
-     * regularize_dev: regularize with its value written to out (device memory, one double).
+     * loss_dev: the loss over a batch of rows (n, cols), see dt_nn_loss_p: pred are the model's
+     *   outputs (logits for the CE family when from_logits), the target is labels (sparse CE,
+     *   int32 (n), each in [0, cols) or ignore_class) or values (n, cols). Writes
+     *   scale * d(loss_i)/d(pred) into dpred (scale = 1/global batch gives Keras's mean) and
+     *   into loss_sum (device memory, one double, written; 0 when n is 0) the sum over rows of
+     *   the per-sample losses (Keras's reduction before the mean). row_w (n; NULL: all 1) weighs
+     *   each row's loss and gradient (Keras's sample weights, from class_weight).
+     * regularize_dev: out (device memory, one double, written) = l1*sum|w| + l2*sum w^2 over
+     *   w (n), and scale times its gradient added to g.
      * hits: out (device, one double) = the batch's accuracy hits, summed in double over the rows
      *   in order (binary: ok columns / cols a row); labels (n int32) for SPARSE, targets
      *   (n, cols) for CATEGORICAL, and for BINARY targets or else labels as floats.
      * clip_norm: clipnorm > 0: each segment s of g (off[s], len[s]) scaled by clipnorm / |g_s|
      *   where |g_s| <= clipnorm fails; else all of g (n floats) scaled by global_clipnorm / |g|
      *   where |g| > global_clipnorm, filled with NaN where |g| is not finite (|g| over the
-     *   segments). The norms are sumsq's, summed in segment order; the scales (float)(c / norm)
-     *   in double, applied as axpby(scale, g, 0, g) does: off, len and ss (nseg doubles, the
-     *   segments' sums of squares left there) are device memory. Nothing goes to the host. */
+     *   segments). Each segment's sum of squares is summed in double in a fixed order (the CPU:
+     *   index order), the global one over the segments in segment order; the scales
+     *   (float)(c / norm) in double, applied as axpby(scale, g, 0, g) does: off, len and ss
+     *   (nseg doubles, the segments' sums of squares left there) are device memory. Nothing
+     *   goes to the host. */
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *p);
     void (*download_async)(void *dst, const void *src, size_t bytes);

@@ -19,7 +19,6 @@ void dt__nn_cpu_pool_bwd(dt_nn_pool kind, const dt_nn_win *g, const float *dy, c
 void dt__nn_cpu_loss(const dt_nn_loss_p *lp, const float *pred, const int32_t *labels,
                      const float *values, const float *row_w, size_t n, int cols, float scale,
                      float *dpred, double *loss_sum);
-double dt__nn_cpu_regularize(const float *w, float *g, size_t n, float l1, float l2, float scale);
 void dt__nn_cpu_regularize_dev(const float *w, float *g, size_t n, float l1, float l2, float scale,
                                double *out);
 void dt__nn_cpu_hits(dt_nn_hits_kind kind, const float *pred, const int32_t *labels,
@@ -27,8 +26,6 @@ void dt__nn_cpu_hits(dt_nn_hits_kind kind, const float *pred, const int32_t *lab
 void dt__nn_cpu_clip_norm(float *g, size_t n, size_t nseg, const size_t *off, const size_t *len,
                           float clipnorm, float global_clipnorm, double *ss);
 void dt__nn_cpu_update(const dt_nn_update *u, float *w, const float *g, size_t n);
-void dt__nn_cpu_sumsq(const float *x, size_t nseg, const size_t *off, const size_t *len,
-                      double *out);
 void dt__nn_cpu_img_flip(int n, int h, int w, int c, const int32_t *flags, const float *x, float *y,
                          bool acc);
 void dt__nn_cpu_img_adjust(int n, int hw, int c, const float *f, const float *d, float lo, float hi,

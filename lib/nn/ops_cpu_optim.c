@@ -232,8 +232,8 @@ void dt__nn_cpu_update(const dt_nn_update *u, float *w, const float *g, size_t n
     }
 }
 
-void dt__nn_cpu_sumsq(const float *x, size_t nseg, const size_t *off, const size_t *len,
-                      double *out)
+/* out[s] = the sum of squares of segment s of x, in double in index order */
+static void sumsq(const float *x, size_t nseg, const size_t *off, const size_t *len, double *out)
 {
     for (size_t s = 0; s < nseg; s++) {
         const float *p = x + off[s];
@@ -250,7 +250,7 @@ void dt__nn_cpu_clip_norm(float *g, size_t n, size_t nseg, const size_t *off, co
 {
     if (!nseg)
         return;
-    dt__nn_cpu_sumsq(g, nseg, off, len, ss);
+    sumsq(g, nseg, off, len, ss);
     if (clipnorm > 0) {
         /* g clipnorm / max(|g|, clipnorm) */
         for (size_t s = 0; s < nseg; s++) {

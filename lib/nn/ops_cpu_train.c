@@ -213,7 +213,7 @@ void dt__nn_cpu_loss(const dt_nn_loss_p *lp, const float *pred, const int32_t *l
     *loss_sum = total;
 }
 
-double dt__nn_cpu_regularize(const float *w, float *g, size_t n, float l1, float l2, float scale)
+static double regularize(const float *w, float *g, size_t n, float l1, float l2, float scale)
 {
     double s1 = 0, s2 = 0;
     for (size_t i = 0; i < n; i++) {
@@ -227,7 +227,7 @@ double dt__nn_cpu_regularize(const float *w, float *g, size_t n, float l1, float
 void dt__nn_cpu_regularize_dev(const float *w, float *g, size_t n, float l1, float l2, float scale,
                                double *out)
 {
-    *out = dt__nn_cpu_regularize(w, g, n, l1, l2, scale);
+    *out = regularize(w, g, n, l1, l2, scale);
 }
 
 /* model.c's accuracy() did this on the host before the step block: same rows, same order. */

@@ -358,30 +358,12 @@ static void g_fill(size_t n, float v, float *y)
     RUN(fill(n, v, y));
 }
 
-static void g_loss(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
-                   const float *values, const float *row_w, size_t n, int cols, float scale,
-                   float *dpred, double *loss_sum)
-{
-    DEV(pred), OPT(labels), OPT(values), OPT(row_w), DEV(dpred);
-    check_host(__func__, "loss_sum", loss_sum);
-    RUN(loss(p, pred, labels, values, row_w, n, cols, scale, dpred, loss_sum));
-}
-
-static double g_regularize(const float *w, float *g, size_t n, float l1, float l2, float scale)
-{
-    DEV(w), DEV(g);
-    open_arena();
-    double r = cpu->regularize(w, g, n, l1, l2, scale);
-    close_arena();
-    return r;
-}
-
 static void g_loss_dev(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
                        const float *values, const float *row_w, size_t n, int cols, float scale,
                        float *dpred, double *loss_sum)
 {
     DEV(pred), OPT(labels), OPT(values), OPT(row_w), DEV(dpred), DEV(loss_sum), OPT(p->step);
-    RUN(loss(p, pred, labels, values, row_w, n, cols, scale, dpred, loss_sum));
+    RUN(loss_dev(p, pred, labels, values, row_w, n, cols, scale, dpred, loss_sum));
 }
 
 static void g_regularize_dev(const float *w, float *g, size_t n, float l1, float l2, float scale,
@@ -411,13 +393,6 @@ static void g_update(const dt_nn_update *u, float *w, const float *g, size_t n)
     for (int i = 0; i < 3; i++)
         OPT(u->slot[i]);
     RUN(update(u, w, g, n));
-}
-
-static void g_sumsq(const float *x, size_t nseg, const size_t *off, const size_t *len, double *out)
-{
-    DEV(x);
-    check_host(__func__, "out", out);
-    RUN(sumsq(x, nseg, off, len, out));
 }
 
 static void g_img_flip(int n, int h, int w, int c, const int32_t *flags, const float *x, float *y,
@@ -652,10 +627,7 @@ static const dt_nn_ops guard_ops = {
     .gather = g_gather,
     .copy2d = g_copy2d,
     .fill = g_fill,
-    .loss = g_loss,
-    .regularize = g_regularize,
     .update = g_update,
-    .sumsq = g_sumsq,
     .host_alloc = g_host_alloc,
     .host_free = g_host_free,
     .download_async = g_download,

@@ -1,13 +1,16 @@
-/* test_gpu_train.c - the CUDA backend's loss, regularize, update and sumsq kernels against the
- * CPU table on the same random inputs. Losses: every kind with its options (from_logits,
- * label_smoothing, ignore_class, hinge_pm1) and row weights NULL or not, dpred (poisoned first)
- * and the returned sum within 1e-5 relative. Updates: every optimizer kind and variant (momentum,
- * nesterov, amsgrad, centered, Ftrl's l1/l2/shrinkage) x clipvalue x weight decay x EMA (plain,
- * overwrite) over 3 steps: w, every slot and the average within 1e-5, and with the CPU's bits
- * but for Ftrl (powf); regularize's gradient likewise bit for bit. The host sums (loss,
- * regularize, sumsq) are also run twice and must give the same bits. */
+/* test_gpu_train.c - the CUDA backend's loss_dev, regularize_dev, update and clip_norm kernels
+ * against the CPU table on the same random inputs. Losses: every kind with its options
+ * (from_logits, label_smoothing, ignore_class, hinge_pm1) and row weights NULL or not, dpred
+ * (poisoned first) and the sum (device memory, poisoned first) within 1e-5 relative. Updates:
+ * every optimizer kind and variant (momentum, nesterov, amsgrad, centered, Ftrl's l1/l2/shrinkage)
+ * x clipvalue x weight decay x EMA (plain, overwrite) over 3 steps: w, every slot and the average
+ * within 1e-5, and with the CPU's bits but for Ftrl (powf); regularize_dev's gradient likewise
+ * bit for bit. clip_norm's sums of squares (the ss it leaves) within 1e-9 of the CPU's, its
+ * scaling within 1e-6 and its NaN fill as the CPU's. The sums (loss, regularisation, squares)
+ * are also run twice and must give the same bits. */
 #include "test_gpu_util.h"
 
+#include <float.h>
 #include <stdio.h>
 
 /* n floats uniform in [lo, hi), seeded; host, malloc'd */
@@ -25,6 +28,24 @@ static float *uniform(size_t n, float lo, float hi, uint64_t seed)
 static bool close_rel(double a, double b, double tol)
 {
     return fabs(a - b) <= tol * fabs(b);
+}
+
+/* A device buffer of n doubles filled with NaN: a kernel that leaves one unwritten shows. */
+static double *gpu_poison_doubles(const dt_nn_ops *g, size_t n)
+{
+    double *h = malloc(sizeof(double) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++)
+        h[i] = NAN;
+    double *d = gpu_up_bytes(g, h, n * sizeof(double));
+    free(h);
+    return d;
+}
+
+/* The device doubles d (n) into h, waiting for them. */
+static void gpu_down_doubles(const dt_nn_ops *g, double *h, const double *d, size_t n)
+{
+    g->download(h, d, n * sizeof(double));
+    GPU_SYNC();
 }
 
 /* --- losses ----------------------------------------------------------------------------------- */
@@ -144,7 +165,7 @@ static loss_in loss_inputs(const dt_nn_loss_p *p, size_t n, int cols, uint64_t s
     return in;
 }
 
-DT_TEST(gpu_loss_matches_cpu)
+DT_TEST(gpu_loss_dev_matches_cpu)
 {
     const dt_nn_ops *g = gpu_ops(), *c = dt_nn_ops_cpu();
     static const size_t shapes[][2] = {{1, 1}, {5, 3}, {64, 10}, {33, 300}, {1000, 2}};
@@ -160,15 +181,15 @@ DT_TEST(gpu_loss_matches_cpu)
                 float *rw = weighted ? uniform(n, 0.5f, 2.0f, seed + 7) : NULL;
                 float *d = malloc(sizeof(float) * m);
                 float scale = 1.0f / (float)n;
-                double sum = -1;
-                c->loss(p, in.pred, in.labels, in.values, rw, n, cols, scale, d, &sum);
+                double sum = -1; /* the CPU's device memory is the host's */
+                c->loss_dev(p, in.pred, in.labels, in.values, rw, n, cols, scale, d, &sum);
                 float *d_p = gpu_up(g, in.pred, m),
                       *d_v = in.values ? gpu_up(g, in.values, m) : NULL;
                 int32_t *d_l = in.labels ? gpu_up_bytes(g, in.labels, n * sizeof(int32_t)) : NULL;
                 float *d_w = rw ? gpu_up(g, rw, n) : NULL, *d_d = gpu_poison(g, m);
-                double gsum = -2;
-                g->loss(p, d_p, d_l, d_v, d_w, n, cols, scale, d_d, &gsum);
-                GPU_SYNC();
+                double *d_sum = gpu_poison_doubles(g, 1), gsum = -2;
+                g->loss_dev(p, d_p, d_l, d_v, d_w, n, cols, scale, d_d, d_sum);
+                gpu_down_doubles(g, &gsum, d_sum, 1);
                 if (!close_rel(gsum, sum, 1e-5))
                     fprintf(stderr, "%s (%zu, %d) weighted %d: loss %.10g, CPU %.10g\n",
                             loss_cases[k].name, n, cols, weighted, gsum, sum);
@@ -185,18 +206,29 @@ DT_TEST(gpu_loss_matches_cpu)
                 dt_nn_free(g, d_l);
                 dt_nn_free(g, d_w);
                 g->free(d_d);
+                g->free(d_sum);
                 free(in.pred);
                 free(in.values);
                 free(in.labels);
                 free(rw);
                 free(d);
             }
+    /* an empty batch writes 0 (the step block reads it) */
+    double *d_sum = gpu_poison_doubles(g, 1), gsum = NAN, sum = NAN;
+    float *d_p = gpu_poison(g, 1), *d_d = gpu_poison(g, 1), p1 = 0, d1 = 0;
+    c->loss_dev(&loss_cases[12].p, &p1, NULL, &p1, NULL, 0, 3, 1.0f, &d1, &sum);
+    g->loss_dev(&loss_cases[12].p, d_p, NULL, d_p, NULL, 0, 3, 1.0f, d_d, d_sum);
+    gpu_down_doubles(g, &gsum, d_sum, 1);
+    ASSERT_TRUE(sum == 0.0 && gsum == 0.0);
+    g->free(d_sum);
+    g->free(d_p);
+    g->free(d_d);
     GPU_SYNC();
     dt_nn_gpu_unbind();
 }
 
 /* A big batch twice (sparse CE with weights, MSE): dpred and the sum with the same bits. */
-DT_TEST(gpu_loss_deterministic)
+DT_TEST(gpu_loss_dev_deterministic)
 {
     const dt_nn_ops *g = gpu_ops();
     size_t n = 20000;
@@ -209,15 +241,17 @@ DT_TEST(gpu_loss_deterministic)
         float *d_p = gpu_up(g, in.pred, m), *d_v = in.values ? gpu_up(g, in.values, m) : NULL;
         int32_t *d_l = in.labels ? gpu_up_bytes(g, in.labels, n * sizeof(int32_t)) : NULL;
         float *d_w = gpu_up(g, rw, n);
-        double sums[2];
+        double sums[2], *d_sum = gpu_poison_doubles(g, 2);
         float *h[2];
         for (int run = 0; run < 2; run++) {
             float *d_d = gpu_poison(g, m);
-            g->loss(ps[k], d_p, d_l, d_v, d_w, n, cols, 1.0f / (float)n, d_d, &sums[run]);
+            g->loss_dev(ps[k], d_p, d_l, d_v, d_w, n, cols, 1.0f / (float)n, d_d, d_sum + run);
             h[run] = gpu_down(g, d_d, m);
             g->free(d_d);
             GPU_SYNC();
         }
+        gpu_down_doubles(g, sums, d_sum, 2);
+        g->free(d_sum);
         ASSERT_TRUE(isfinite(sums[0]) && sums[0] != 0);
         ASSERT_EQ(memcmp(&sums[0], &sums[1], sizeof(double)), 0);
         ASSERT_EQ(memcmp(h[0], h[1], m * sizeof(float)), 0);
@@ -236,9 +270,9 @@ DT_TEST(gpu_loss_deterministic)
     dt_nn_gpu_unbind();
 }
 
-/* --- regularize ------------------------------------------------------------------------------- */
+/* --- regularize_dev --------------------------------------------------------------------------- */
 
-DT_TEST(gpu_regularize_matches_cpu)
+DT_TEST(gpu_regularize_dev_matches_cpu)
 {
     const dt_nn_ops *g = gpu_ops(), *c = dt_nn_ops_cpu();
     static const size_t sizes[] = {1, 7, 1000, 300001};
@@ -250,16 +284,18 @@ DT_TEST(gpu_regularize_matches_cpu)
             for (size_t i = 5; i < n; i += 11)
                 w[i] = 0.0f; /* sign(0) = 0 */
             float *d_w = gpu_up(g, w, n), *d_g = gpu_up(g, gr, n), *d_g2 = gpu_up(g, gr, n);
-            double ref = c->regularize(w, gr, n, ls[l][0], ls[l][1], 0.5f);
-            double got = g->regularize(d_w, d_g, n, ls[l][0], ls[l][1], 0.5f);
-            double again = g->regularize(d_w, d_g2, n, ls[l][0], ls[l][1], 0.5f);
-            GPU_SYNC();
-            if (!close_rel(got, ref, 1e-9))
-                fprintf(stderr, "n %zu l1 %g l2 %g: %.17g, CPU %.17g\n", n, ls[l][0], ls[l][1], got,
-                        ref);
+            double ref = NAN, got[2], *d_out = gpu_poison_doubles(g, 2);
+            c->regularize_dev(w, gr, n, ls[l][0], ls[l][1], 0.5f, &ref);
+            g->regularize_dev(d_w, d_g, n, ls[l][0], ls[l][1], 0.5f, d_out);
+            g->regularize_dev(d_w, d_g2, n, ls[l][0], ls[l][1], 0.5f, d_out + 1);
+            gpu_down_doubles(g, got, d_out, 2);
+            g->free(d_out);
+            if (!close_rel(got[0], ref, 1e-9))
+                fprintf(stderr, "n %zu l1 %g l2 %g: %.17g, CPU %.17g\n", n, ls[l][0], ls[l][1],
+                        got[0], ref);
             ASSERT_TRUE(ref > 0);
-            ASSERT_TRUE(close_rel(got, ref, 1e-9));
-            ASSERT_EQ(memcmp(&got, &again, sizeof(double)), 0);
+            ASSERT_TRUE(close_rel(got[0], ref, 1e-9));
+            ASSERT_EQ(memcmp(&got[0], &got[1], sizeof(double)), 0);
             GPU_EXPECT_CLOSE(g, d_g, gr, n, 1e-5);
             gpu_same_bits(g, d_g, gr, n, "regularize's gradient");
             g->free(d_w);
@@ -268,6 +304,16 @@ DT_TEST(gpu_regularize_matches_cpu)
             free(w);
             free(gr);
         }
+    /* no weights: 0 written, g untouched */
+    double *d_out = gpu_poison_doubles(g, 1), got = NAN, ref = NAN;
+    float w1 = 1.0f, g1 = 0.25f, *d_g = gpu_up(g, &g1, 1);
+    c->regularize_dev(&w1, &g1, 0, 0.01f, 0.02f, 0.5f, &ref);
+    g->regularize_dev(d_g, d_g, 0, 0.01f, 0.02f, 0.5f, d_out);
+    gpu_down_doubles(g, &got, d_out, 1);
+    ASSERT_TRUE(ref == 0.0 && got == 0.0 && g1 == 0.25f);
+    gpu_same_bits(g, d_g, &g1, 1, "regularize_dev's gradient of no weights");
+    g->free(d_out);
+    g->free(d_g);
     GPU_SYNC();
     dt_nn_gpu_unbind();
 }
@@ -440,49 +486,137 @@ DT_TEST(gpu_update_matches_cpu)
     dt_nn_gpu_unbind();
 }
 
-/* --- sumsq ------------------------------------------------------------------------------------ */
+/* --- clip_norm -------------------------------------------------------------------------------- */
 
-/* Segments from empty to more than the most chunks a segment gets, and 70000 short ones (more
- * than a grid's 65535 rows); twice, the same bits. */
-DT_TEST(gpu_sumsq_matches_cpu)
+/* clip_norm on the GPU and the CPU over the same g (nx floats) and segments (host arrays, put in
+ * device memory for the GPU): ss and g come back in ref/got (nseg doubles) and g_cpu/g_gpu. */
+typedef struct clip_run {
+    double *ss_cpu, *ss_gpu;
+    float *g_cpu, *g_gpu;
+} clip_run;
+
+static clip_run clip_both(const dt_nn_ops *g, const float *x, size_t nx, size_t nseg,
+                          const size_t *off, const size_t *len, float clipnorm, float gclip)
 {
-    const dt_nn_ops *g = gpu_ops(), *c = dt_nn_ops_cpu();
+    const dt_nn_ops *c = dt_nn_ops_cpu();
+    clip_run r = {.ss_cpu = malloc(sizeof(double) * nseg), .ss_gpu = malloc(sizeof(double) * nseg)};
+    r.g_cpu = malloc(sizeof(float) * nx);
+    memcpy(r.g_cpu, x, sizeof(float) * nx);
+    for (size_t s = 0; s < nseg; s++)
+        r.ss_cpu[s] = NAN;
+    c->clip_norm(r.g_cpu, nx, nseg, off, len, clipnorm, gclip, r.ss_cpu);
+    size_t *d_seg = g->alloc(2 * nseg * sizeof(size_t));
+    g->upload(d_seg, off, nseg * sizeof(size_t));
+    g->upload(d_seg + nseg, len, nseg * sizeof(size_t));
+    float *d_x = gpu_up(g, x, nx);
+    double *d_ss = gpu_poison_doubles(g, nseg);
+    g->clip_norm(d_x, nx, nseg, d_seg, d_seg + nseg, clipnorm, gclip, d_ss);
+    gpu_down_doubles(g, r.ss_gpu, d_ss, nseg);
+    r.g_gpu = gpu_down(g, d_x, nx);
+    GPU_SYNC();
+    g->free(d_seg);
+    g->free(d_x);
+    g->free(d_ss);
+    return r;
+}
+
+static void clip_free(clip_run *r)
+{
+    free(r->ss_cpu);
+    free(r->ss_gpu);
+    free(r->g_cpu);
+    free(r->g_gpu);
+}
+
+/* The sums of squares clip_norm leaves in ss: segments from empty to more than the most chunks a
+ * segment gets, overlapping, and 70000 short ones (more than a grid's 65535 rows), with a clipnorm
+ * no norm reaches (g kept bit for bit); twice, the same bits. */
+DT_TEST(gpu_clip_norm_sums_match_cpu)
+{
+    const dt_nn_ops *g = gpu_ops();
     size_t nx = 1200000;
-    float *x = gpu_randn(nx, 1.0f, 3), *d_x = gpu_up(g, x, nx);
+    float *x = gpu_randn(nx, 1.0f, 3);
     static const size_t off[] = {0, 0, 5, 1000, 7, 100};
     static const size_t len[] = {0, 1, 1000, 250000, 1100000, 3};
     size_t ns = sizeof off / sizeof *off;
-    double ref[6], got[6], again[6];
-    c->sumsq(x, ns, off, len, ref);
-    g->sumsq(d_x, ns, off, len, got);
-    g->sumsq(d_x, ns, off, len, again);
-    GPU_SYNC();
+    clip_run a = clip_both(g, x, nx, ns, off, len, FLT_MAX, 0.0f);
+    clip_run b = clip_both(g, x, nx, ns, off, len, FLT_MAX, 0.0f);
     for (size_t s = 0; s < ns; s++) {
-        if (!close_rel(got[s], ref[s], 1e-9))
-            fprintf(stderr, "segment %zu (%zu, %zu): %.17g, CPU %.17g\n", s, off[s], len[s], got[s],
-                    ref[s]);
-        ASSERT_TRUE(close_rel(got[s], ref[s], 1e-9));
+        if (!close_rel(a.ss_gpu[s], a.ss_cpu[s], 1e-9))
+            fprintf(stderr, "segment %zu (%zu, %zu): %.17g, CPU %.17g\n", s, off[s], len[s],
+                    a.ss_gpu[s], a.ss_cpu[s]);
+        ASSERT_TRUE(close_rel(a.ss_gpu[s], a.ss_cpu[s], 1e-9));
     }
-    ASSERT_TRUE(ref[0] == 0 && ref[4] > 0);
-    ASSERT_EQ(memcmp(got, again, sizeof got), 0);
-    size_t many = 70000;
+    ASSERT_TRUE(a.ss_cpu[0] == 0 && a.ss_cpu[4] > 0);
+    ASSERT_EQ(memcmp(a.ss_gpu, b.ss_gpu, ns * sizeof(double)), 0);
+    ASSERT_EQ(memcmp(a.g_gpu, x, nx * sizeof(float)), 0);
+    ASSERT_EQ(memcmp(a.g_cpu, x, nx * sizeof(float)), 0);
+    clip_free(&a);
+    clip_free(&b);
+    /* clip_norm's grid spans n's chunks (it cannot know the longest segment): a short g keeps
+     * the 70000 segments to one chunk each, as a model's many small layers would be */
+    size_t many = 70000, nsmall = 4096;
     size_t *o2 = malloc(many * sizeof(size_t)), *l2 = malloc(many * sizeof(size_t));
-    double *r2 = malloc(many * sizeof(double)), *g2 = malloc(many * sizeof(double));
     for (size_t s = 0; s < many; s++) {
-        o2[s] = (s * 17) % (nx - 8);
+        o2[s] = (s * 17) % (nsmall - 8);
         l2[s] = 1 + s % 7;
-        g2[s] = NAN;
     }
-    c->sumsq(x, many, o2, l2, r2);
-    g->sumsq(d_x, many, o2, l2, g2);
-    GPU_SYNC();
+    clip_run m = clip_both(g, x, nsmall, many, o2, l2, FLT_MAX, 0.0f);
     for (size_t s = 0; s < many; s++)
-        ASSERT_TRUE(close_rel(g2[s], r2[s], 1e-9));
+        ASSERT_TRUE(close_rel(m.ss_gpu[s], m.ss_cpu[s], 1e-9));
+    ASSERT_TRUE(m.ss_cpu[many - 1] > 0);
+    ASSERT_EQ(memcmp(m.g_gpu, x, nsmall * sizeof(float)), 0);
+    clip_free(&m);
     free(o2);
     free(l2);
-    free(r2);
-    free(g2);
-    g->free(d_x);
+    free(x);
+    GPU_SYNC();
+    dt_nn_gpu_unbind();
+}
+
+/* The clipping itself: clipnorm over disjoint segments (some under the norm, kept bit for bit,
+ * some scaled), global_clipnorm above and below |g|, and a non-finite |g| (NaN everywhere). */
+DT_TEST(gpu_clip_norm_scales_match_cpu)
+{
+    const dt_nn_ops *g = gpu_ops();
+    size_t nx = 30000;
+    float *x = gpu_randn(nx, 0.1f, 5);
+    static const size_t off[] = {0, 10, 1000, 5000, 29990};
+    static const size_t len[] = {10, 990, 4000, 24990, 10};
+    size_t ns = sizeof off / sizeof *off;
+    /* clipnorm 1: |g_s| ~ 0.1 sqrt(len): the short segments stay, the long ones scale */
+    clip_run r = clip_both(g, x, nx, ns, off, len, 1.0f, 0.0f);
+    for (size_t s = 0; s < ns; s++) {
+        double e = gpu_rel_l2(r.g_gpu + off[s], r.g_cpu + off[s], len[s]);
+        bool kept = !memcmp(r.g_cpu + off[s], x + off[s], len[s] * sizeof(float));
+        printf("clipnorm 1, segment %zu (len %zu): |g| %.6g, %s, error %.3g\n", s, len[s],
+               sqrt(r.ss_cpu[s]), kept ? "kept" : "scaled", e);
+        ASSERT_TRUE(kept == (sqrt(r.ss_cpu[s]) <= 1.0));
+        if (kept)
+            ASSERT_EQ(memcmp(r.g_gpu + off[s], x + off[s], len[s] * sizeof(float)), 0);
+        ASSERT_FLE(e, 1e-6);
+        ASSERT_TRUE(close_rel(r.ss_gpu[s], r.ss_cpu[s], 1e-9));
+    }
+    ASSERT_TRUE(sqrt(r.ss_cpu[0]) <= 1.0 && sqrt(r.ss_cpu[3]) > 1.0);
+    clip_free(&r);
+    static const float gclips[] = {1.0f, 100.0f};
+    for (int k = 0; k < 2; k++) {
+        r = clip_both(g, x, nx, ns, off, len, 0.0f, gclips[k]);
+        double e = gpu_rel_l2(r.g_gpu, r.g_cpu, nx);
+        printf("global_clipnorm %g: error %.3g\n", (double)gclips[k], e);
+        ASSERT_FLE(e, 1e-6);
+        bool kept = !memcmp(r.g_cpu, x, nx * sizeof(float));
+        ASSERT_TRUE(kept == (k == 1)); /* |g| ~ 17 */
+        if (kept)
+            ASSERT_EQ(memcmp(r.g_gpu, x, nx * sizeof(float)), 0);
+        clip_free(&r);
+    }
+    x[20000] = INFINITY;
+    r = clip_both(g, x, nx, ns, off, len, 0.0f, 1.0f);
+    for (size_t i = 0; i < nx; i++)
+        ASSERT_TRUE(isnan(r.g_cpu[i]) && isnan(r.g_gpu[i]));
+    ASSERT_TRUE(isinf(r.ss_cpu[3]) && isinf(r.ss_gpu[3]));
+    clip_free(&r);
     free(x);
     GPU_SYNC();
     dt_nn_gpu_unbind();

@@ -136,9 +136,9 @@ DT_TEST(nn_losses_match_torch)
         double count = lc->n;
         for (int i = 0; lc->p.has_ignore_class && i < lc->n; i++)
             count -= lab[c][i] == lc->p.ignore_class;
-        double sum;
-        o->loss(&lc->p, pred[c], lab[c], sparse ? NULL : tgt[c], NULL, (size_t)lc->n, lc->cols,
-                (float)(1.0 / count), grad[c], &sum);
+        double sum; /* the CPU's device memory is the host's */
+        o->loss_dev(&lc->p, pred[c], lab[c], sparse ? NULL : tgt[c], NULL, (size_t)lc->n, lc->cols,
+                    (float)(1.0 / count), grad[c], &sum);
         loss[c] = sum / count;
 
         cJSON *j = cJSON_CreateObject();

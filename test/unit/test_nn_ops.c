@@ -170,27 +170,27 @@ DT_TEST(nn_ops_loss_values)
     const dt_nn_ops *o = dt_nn_ops_cpu();
     float z[6] = {1, 2, 3, -1, 0, 1}, d[6];
     int32_t lab[2] = {2, 0};
-    double sum;
-    o->loss(&(dt_nn_loss_p){.kind = DT_NN_LOSS_SPARSE_CE, .from_logits = true}, z, lab, NULL, NULL,
-            2, 3, 0.5f, d, &sum);
+    double sum; /* the CPU's device memory is the host's: loss_dev writes the sum here */
+    o->loss_dev(&(dt_nn_loss_p){.kind = DT_NN_LOSS_SPARSE_CE, .from_logits = true}, z, lab, NULL,
+                NULL, 2, 3, 0.5f, d, &sum);
     double l0 = log(exp(1) + exp(2) + exp(3)) - 3, l1 = log(exp(-1) + exp(0) + exp(1)) + 1;
     ASSERT_NEAR(sum, l0 + l1, 1e-6);
     ASSERT_NEAR(d[2], 0.5 * (exp(3) / (exp(1) + exp(2) + exp(3)) - 1), 1e-6);
     /* probabilities: -log p[label], clipped to [1e-7, 1 - 1e-7] */
     float p[3] = {0.2f, 0.0f, 0.8f};
     int32_t l2 = 1;
-    o->loss(&(dt_nn_loss_p){.kind = DT_NN_LOSS_SPARSE_CE, .from_logits = false}, p, &l2, NULL, NULL,
-            1, 3, 1.0f, d, &sum);
+    o->loss_dev(&(dt_nn_loss_p){.kind = DT_NN_LOSS_SPARSE_CE, .from_logits = false}, p, &l2, NULL,
+                NULL, 1, 3, 1.0f, d, &sum);
     ASSERT_NEAR(sum, -log(1e-7), 1e-3);
     float t[2] = {1, 0}, q[2] = {0.5f, -2.0f};
-    o->loss(&(dt_nn_loss_p){.kind = DT_NN_LOSS_BCE, .from_logits = true}, q, NULL, t, NULL, 1, 2,
-            1.0f, d, &sum);
+    o->loss_dev(&(dt_nn_loss_p){.kind = DT_NN_LOSS_BCE, .from_logits = true}, q, NULL, t, NULL, 1,
+                2, 1.0f, d, &sum);
     ASSERT_NEAR(sum, (log1p(exp(-0.5)) + log1p(exp(-2.0))) / 2, 1e-6);
-    o->loss(&(dt_nn_loss_p){.kind = DT_NN_LOSS_MSE, .from_logits = false}, q, NULL, t, NULL, 1, 2,
-            1.0f, d, &sum);
+    o->loss_dev(&(dt_nn_loss_p){.kind = DT_NN_LOSS_MSE, .from_logits = false}, q, NULL, t, NULL, 1,
+                2, 1.0f, d, &sum);
     ASSERT_NEAR(sum, (0.25 + 4.0) / 2, 1e-6);
-    o->loss(&(dt_nn_loss_p){.kind = DT_NN_LOSS_MAE, .from_logits = false}, q, NULL, t, NULL, 1, 2,
-            1.0f, d, &sum);
+    o->loss_dev(&(dt_nn_loss_p){.kind = DT_NN_LOSS_MAE, .from_logits = false}, q, NULL, t, NULL, 1,
+                2, 1.0f, d, &sum);
     ASSERT_NEAR(sum, (0.5 + 2.0) / 2, 1e-6);
 }
 

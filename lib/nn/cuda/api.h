@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define DT_NN_CUDA_ABI 8
+#define DT_NN_CUDA_ABI 9
 
 /* One device as the runtime describes it. */
 typedef struct dt_nn_cuda_dev {

@@ -76,27 +76,6 @@ void *dt_cu_scratch(size_t bytes)
     return p;
 }
 
-void *dt_cu_host(size_t bytes)
-{
-    dt_cu_ctx *c = &tls_ctx;
-    if (bytes <= c->host_bytes)
-        return c->host;
-    if (c->host) {
-        DT_CU(cudaStreamSynchronize(c->stream));
-        DT_CU(cudaFreeHost(c->host));
-    }
-    c->host = NULL;
-    c->host_bytes = 0;
-    size_t grow = bytes < ((size_t)1 << 16) ? ((size_t)1 << 16) : bytes + bytes / 2;
-    void *p = NULL;
-    DT_CU(cudaMallocHost(&p, grow));
-    if (!p)
-        return NULL;
-    c->host = p;
-    c->host_bytes = grow;
-    return p;
-}
-
 void dt_cu_download_sync(void *host, const void *dev, size_t bytes)
 {
     DT_CU(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, tls_ctx.stream));
@@ -423,8 +402,6 @@ static void unbind(void)
     }
     if (c->scratch)
         cudaFree(c->scratch);
-    if (c->host)
-        cudaFreeHost(c->host);
     if (c->blas)
         cublasDestroy(c->blas);
     if (c->stream)
@@ -489,7 +466,7 @@ static int sync(char *msg, size_t n)
     X(gemm)                                                                                        \
     X(im2col) X(col2im) X(bias_add) X(bias_grad) X(act_fwd) X(act_bwd) X(pool_fwd) X(pool_bwd)     \
         X(bn_fwd) X(bn_bwd) X(dropout_fwd) X(axpby) X(mul) X(copy) X(copy2d) X(fill) X(gather)     \
-            X(loss) X(regularize) X(update) X(sumsq) X(img_flip) X(img_adjust) X(img_adjust_bwd)   \
+            X(update) X(img_flip) X(img_adjust) X(img_adjust_bwd)                                  \
                 X(img_resize) X(img_resize_bwd) X(img_transform) X(img_transform_bwd) X(dw_fwd)    \
                     X(dw_bwd) X(max_fwd) X(max_bwd) X(embed_fwd) X(embed_bwd) X(seq_mean)          \
                         X(seq_mean_bwd) X(ln_fwd) X(ln_bwd) X(attn_mask) X(rnn_fwd) X(rnn_bwd)     \

@@ -5,8 +5,8 @@
  * Each kernel file (elem.cu, conv.cu, ...) fills its entries of the ops table in a
  * dt_cu_fill_<group>(dt_nn_ops *) function that ctx.cu calls once; everything else in a file is
  * static. Kernels run on dt_cu_stream(); host code never synchronises except where the ops
- * contract hands back a host value (loss sum, regularisation, sumsq), and records the first
- * error with DT_CU / DT_CU_LAUNCH instead of returning it (ops kernels return nothing).
+ * contract blocks (download, sync, free), and records the first error with DT_CU /
+ * DT_CU_LAUNCH instead of returning it (ops kernels return nothing).
  */
 #ifndef DT_NN_CUDA_INTERNAL_CUH
 #define DT_NN_CUDA_INTERNAL_CUH
@@ -29,8 +29,6 @@ struct dt_cu_ctx {
     /* Scratch that grows on demand and is kept for the thread (no allocation per step). */
     void *scratch;
     size_t scratch_bytes;
-    void *host; /* pinned host staging */
-    size_t host_bytes;
     /* CUDA graphs: the live ones, whose nodes may point into scratch, so a scratch that grows
      * while any lives is retired (kept until the last graph is freed) instead of freed; and
      * cuBLAS's workspace, set once so that a captured GEMM allocates nothing. */
@@ -65,9 +63,7 @@ void dt_cu_fail(const char *what, const char *file, int line, const char *text);
 /* Device scratch of at least `bytes`, valid until the next call on this thread (grows; the
  * old buffer is freed after the stream drains, so a kernel still reading it is safe). */
 void *dt_cu_scratch(size_t bytes);
-/* Pinned host staging of at least `bytes`, likewise; the caller synchronises before reuse. */
-void *dt_cu_host(size_t bytes);
-/* Copies bytes from device to host and waits: for the few ops that return a host value. */
+/* Copies bytes from device to host and waits: download's blocking copy. */
 void dt_cu_download_sync(void *host, const void *dev, size_t bytes);
 
 /* Launch geometry for n independent elements: 256 threads, grid capped (grid-stride loops). */
@@ -126,7 +122,7 @@ void dt_cu_fill_gemm(dt_nn_ops *o);  /* gemm.cu */
 void dt_cu_fill_elem(dt_nn_ops *o);  /* elem.cu: bias, act, dropout, vector ops */
 void dt_cu_fill_conv(dt_nn_ops *o);  /* conv.cu: im2col, col2im, pool, depthwise, max */
 void dt_cu_fill_norm(dt_nn_ops *o);  /* norm.cu: batch, layer and Normalization */
-void dt_cu_fill_train(dt_nn_ops *o); /* train.cu: loss, regularize, update, sumsq */
+void dt_cu_fill_train(dt_nn_ops *o); /* train.cu: loss, regularization, hits, update, clip */
 void dt_cu_fill_image(dt_nn_ops *o); /* image.cu: the augmentation kernels */
 void dt_cu_fill_graph(dt_nn_ops *o); /* ctx.cu: capture and replay */
 void dt_cu_fill_seq(dt_nn_ops *o);   /* seq.cu: embedding, seq_mean, attention mask, rnn, cat */

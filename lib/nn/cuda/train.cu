@@ -1,10 +1,11 @@
 /*
- * train.cu - the loss, regularize, update and sumsq kernels: the contracts are ops.h's, the
- * reference the CPU kernels of ops_cpu_train.c and ops_cpu_optim.c (Keras 3's formulas).
+ * train.cu - the loss, regularization, accuracy, update and clipping kernels: the contracts are
+ * ops.h's, the reference the CPU kernels of ops_cpu_train.c and ops_cpu_optim.c (Keras 3's
+ * formulas).
  *
- * The three ops that hand a number back to the host (loss's sum, regularize's return, sumsq's
- * out) reduce in a fixed order (per-row or per-block partials, then one block's tree) and
- * download once. No atomics: two runs give the same bits.
+ * The step's numbers (the loss sum, the regularisation, the hits, the clipping norms) stay in
+ * device memory for model.c's step block and reduce in a fixed order (per-row or per-block
+ * partials, then one block's tree). No atomics: two runs give the same bits.
  *
  * update rounds every float operation on its own (__fmul_rn, ...) in the CPU's order: gcc
  * -std=c11 does not contract a * b + c and nvcc would, so the GPU's weights and slots equal the
@@ -13,7 +14,6 @@
 #include "nn/cuda/internal.cuh"
 
 #include <math.h>
-#include <string.h>
 
 /* Keras's backend.epsilon(), as ops_cpu_train.c's KERAS_EPS */
 #define KERAS_EPS 1e-7
@@ -78,16 +78,6 @@ static __global__ void sum_k(const double *v, size_t n, double *out)
     s = dt_cu_block_sum(s, sh);
     if (threadIdx.x == 0)
         out[0] = s;
-}
-
-/* A device double downloaded into pinned memory, waiting for it: the host value of an op. */
-static double download_double(const double *d)
-{
-    double *h = (double *)dt_cu_host(sizeof(double));
-    if (!h)
-        return NAN;
-    dt_cu_download_sync(h, d, sizeof(double));
-    return *h;
 }
 
 /* --- losses ----------------------------------------------------------------------------------- */
@@ -299,35 +289,21 @@ static __global__ void loss_k(dt_nn_loss_p lp, const float *pred, const int32_t 
     }
 }
 
-/* Queues the per-row losses (scratch) and their sum into out: device memory, or NULL for the
- * scratch's own slot, which it returns (NULL: no scratch, the error kept for sync). */
-static double *loss_queue(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
-                          const float *values, const float *row_w, size_t n, int cols, float scale,
-                          float *dpred, double *out)
+/* Queues the per-row losses (scratch) and their sum into out (device memory; nothing when the
+ * scratch could not be had, the error kept for sync). */
+static void loss_queue(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
+                       const float *values, const float *row_w, size_t n, int cols, float scale,
+                       float *dpred, double *out)
 {
-    double *rl = (double *)dt_cu_scratch((n + 1) * sizeof(double));
+    double *rl = (double *)dt_cu_scratch(n * sizeof(double));
     if (!rl)
-        return NULL;
-    if (!out)
-        out = rl + n;
+        return;
     cudaStream_t st = dt_cu_stream();
     loss_k<<<row_grid(n), row_threads(cols), 0, st>>>(*p, pred, labels, values, row_w, n, cols,
                                                       scale, dpred, rl);
     DT_CU_LAUNCH(loss_k);
     sum_k<<<1, DT_CU_THREADS, 0, st>>>(rl, n, out);
     DT_CU_LAUNCH(sum_k);
-    return out;
-}
-
-static void cu_loss(const dt_nn_loss_p *p, const float *pred, const int32_t *labels,
-                    const float *values, const float *row_w, size_t n, int cols, float scale,
-                    float *dpred, double *loss_sum)
-{
-    *loss_sum = 0;
-    if (n == 0 || cols <= 0)
-        return;
-    const double *d = loss_queue(p, pred, labels, values, row_w, n, cols, scale, dpred, NULL);
-    *loss_sum = d ? download_double(d) : NAN;
 }
 
 /* The step block's loss: nothing crosses to the host. */
@@ -448,34 +424,23 @@ static __global__ void reg_fin_k(const double *ps, const double *pt, unsigned nb
         out[0] = __dadd_rn(__dmul_rn(l1, s1), __dmul_rn(l2, s2));
 }
 
-/* Queues the regularisation into out (device; NULL: the scratch's slot, returned). */
-static double *reg_queue(const float *w, float *g, size_t n, float l1, float l2, float scale,
-                         double *out)
+/* Queues the regularisation into out (device memory). */
+static void reg_queue(const float *w, float *g, size_t n, float l1, float l2, float scale,
+                      double *out)
 {
     /* the grid depends on n only: the same partials, the same bits, every run */
     unsigned nb = dt_cu_blocks(n);
     if (nb > REG_BLOCKS)
         nb = REG_BLOCKS;
-    double *ps = (double *)dt_cu_scratch((2 * (size_t)nb + 1) * sizeof(double));
+    double *ps = (double *)dt_cu_scratch(2 * (size_t)nb * sizeof(double));
     if (!ps)
-        return NULL;
+        return;
     double *pt = ps + nb;
-    if (!out)
-        out = pt + nb;
     cudaStream_t st = dt_cu_stream();
     reg_k<<<nb, DT_CU_THREADS, 0, st>>>(w, g, n, l1, l2, scale, ps, pt);
     DT_CU_LAUNCH(reg_k);
     reg_fin_k<<<1, DT_CU_THREADS, 0, st>>>(ps, pt, nb, l1, l2, out);
     DT_CU_LAUNCH(reg_fin_k);
-    return out;
-}
-
-static double cu_regularize(const float *w, float *g, size_t n, float l1, float l2, float scale)
-{
-    if (n == 0)
-        return (double)l1 * 0.0 + (double)l2 * 0.0;
-    const double *d = reg_queue(w, g, n, l1, l2, scale, NULL);
-    return d ? download_double(d) : NAN;
 }
 
 static void cu_regularize_dev(const float *w, float *g, size_t n, float l1, float l2, float scale,
@@ -741,41 +706,6 @@ static void sumsq_queue(const float *x, size_t nseg, const size_t *off, const si
     DT_CU_LAUNCH(sumsq_fin_k);
 }
 
-/* false (out NaN) when the scratch or the pinned buffer could not be had */
-static bool h_ok(const void *d, const void *h, double *out, size_t nseg)
-{
-    if (d && h)
-        return true;
-    for (size_t s = 0; s < nseg; s++)
-        out[s] = NAN;
-    return false;
-}
-
-static void cu_sumsq(const float *x, size_t nseg, const size_t *off, const size_t *len, double *out)
-{
-    if (nseg == 0)
-        return;
-    size_t maxlen = 0;
-    for (size_t s = 0; s < nseg; s++)
-        maxlen = len[s] > maxlen ? len[s] : maxlen;
-    unsigned gx = sq_chunks(maxlen);
-    /* device: off, len, the partials, out. off and len are uploaded straight from the caller's
-     * pageable memory (staged before cudaMemcpyAsync returns): the pinned buffer is written by
-     * nothing but the download, so a copy still reading it from an earlier op is never raced. */
-    size_t *d = (size_t *)dt_cu_scratch(2 * nseg * sizeof(size_t) +
-                                        ((size_t)gx + 1) * nseg * sizeof(double));
-    double *hout = (double *)dt_cu_host(nseg * sizeof(double));
-    if (!h_ok(d, hout, out, nseg))
-        return;
-    double *part = (double *)(d + 2 * nseg), *dout = part + (size_t)gx * nseg;
-    cudaStream_t st = dt_cu_stream();
-    DT_CU(cudaMemcpyAsync(d, off, nseg * sizeof(size_t), cudaMemcpyHostToDevice, st));
-    DT_CU(cudaMemcpyAsync(d + nseg, len, nseg * sizeof(size_t), cudaMemcpyHostToDevice, st));
-    sumsq_queue(x, nseg, d, d + nseg, gx, part, dout);
-    dt_cu_download_sync(hout, dout, nseg * sizeof(double));
-    memcpy(out, hout, nseg * sizeof(double));
-}
-
 /* --- clipping by norm ------------------------------------------------------------------------- */
 
 /* One thread: the host's decisions of optim.c before the step block, in double as there.
@@ -834,7 +764,7 @@ static void cu_clip_norm(float *g, size_t n, size_t nseg, const size_t *off, con
     if (nseg == 0)
         return;
     /* the host does not know the longest segment: n bounds it, and a segment's partials depend
-     * on its own length only, so the sums are cu_sumsq's */
+     * on its own length only: gx lays the partials out and changes no sum */
     unsigned gx = sq_chunks(n);
     double *part = (double *)dt_cu_scratch((size_t)gx * nseg * sizeof(double) +
                                            nseg * (sizeof(float) + sizeof(int)));
@@ -858,10 +788,7 @@ static void cu_clip_norm(float *g, size_t n, size_t nseg, const size_t *off, con
 
 void dt_cu_fill_train(dt_nn_ops *o)
 {
-    o->loss = cu_loss;
-    o->regularize = cu_regularize;
     o->update = cu_update;
-    o->sumsq = cu_sumsq;
     o->loss_dev = cu_loss_dev;
     o->regularize_dev = cu_regularize_dev;
     o->hits = cu_hits;
