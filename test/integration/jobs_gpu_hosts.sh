@@ -16,48 +16,7 @@ source "$(dirname "$0")/lib_jobs.sh"
 
 fake=$DT_SRC_DIR/build/libdtrain-fakegpu.so
 [[ -f $fake ]] || dt_skip "no $fake (make builds it)"
-[[ $(id -u) == 0 ]] || dt_skip "needs root: each daemon gets a mount namespace of its own"
-command -v unshare >/dev/null || dt_skip "no unshare (util-linux)"
-
-# The daemon's /dev: the devices a process needs, bound from the real /dev, and two GPU names.
-dev=$DT_TEST_TMP/dev
-mkdir -p "$dev"
-for f in null zero random urandom full nvidia0 nvidia1 nvidiactl; do : >"$dev/$f"; done
-cat >"$DT_TEST_TMP/gpudev.sh" <<'SH'
-#!/bin/sh
-# gpudev.sh DEV CMD ARGS...: CMD in a private mount namespace with DEV as its /dev.
-dev=$1
-shift
-exec unshare -m --propagation private sh -c '
-  dev=$1; shift
-  for f in null zero random urandom full; do mount --bind "/dev/$f" "$dev/$f" || exit 97; done
-  mount --rbind "$dev" /dev || exit 98
-  exec "$@"' sh "$dev" "$@"
-SH
-chmod +x "$DT_TEST_TMP/gpudev.sh"
-unshare -m --propagation private true 2>/dev/null || dt_skip "no mount namespaces here"
-
-# gpu_daemons TAG VAR=VALUE...: jobs_start_one's two daemons, each in its namespace, with the
-# backend the variables choose
-gpu_daemons() {
-  local tag=$1 i
-  shift
-  local -a ports
-  mapfile -t ports < <(dt_free_ports 2)
-  JOBS_ADDRS=("127.0.0.1:${ports[0]}" "127.0.0.1:${ports[1]}")
-  for i in 0 1; do
-    mkdir -p "$DT_TEST_TMP/$tag-w$i"
-    dt_bg "$tag-w$i" env TF_CONFIG="$(dt_tfconfig_workers "$i" "${JOBS_ADDRS[@]}")" \
-      "$@" "$DT_TEST_TMP/gpudev.sh" "$dev" \
-      "$DT_BIN_DIR/dtraind" --ready-file "$DT_TEST_TMP/$tag-w$i.ready" \
-      --state-dir "$DT_TEST_TMP/$tag-w$i" --data-root "$JOBS_DATA" --rendezvous-timeout 30
-  done
-  for i in 0 1; do
-    dt_wait_file "$DT_TEST_TMP/$tag-w$i.ready" --timeout 30 ||
-      dt_fail "$tag: worker:$i never saw the cluster formed: $(tail -3 "$DT_TEST_TMP/$tag-w$i.log")"
-  done
-  JOBS_ADDR=${JOBS_ADDRS[0]}
-}
+jobs_gpu_ns 2
 
 jobs_data
 # small buckets: the Dense layers' 2,388 gradients go on the wire (through the clique and the
@@ -67,7 +26,7 @@ jobs_spec "$DT_TEST_TMP/cpus.json" 2 32 ", \"strategy\": {\"devices\": [\"/cpu:0
 jobs_spec "$DT_TEST_TMP/gpus.json" 2 32 ", \"strategy\": {\"devices\": [\"/gpu:0\", \"/gpu:1\"], $small}"
 jobs_spec "$DT_TEST_TMP/gpu3.json" 2 32 ', "strategy": {"devices": ["/gpu:0", "/gpu:2"]}'
 
-gpu_daemons g DTRAIN_CUDA_LIB="$fake" DTRAIN_FAKE_GPUS=2
+jobs_gpu_daemons 2 g DTRAIN_CUDA_LIB="$fake" DTRAIN_FAKE_GPUS=2
 jc cluster --json >"$DT_TEST_TMP/cluster.json" || dt_fail "dtrain cluster"
 /usr/bin/python3 - "$DT_TEST_TMP/cluster.json" <<'PY' || dt_fail "the daemons' GPUs in dtrain cluster"
 import json, sys
@@ -119,10 +78,7 @@ dt_wait_for grep -q "job 3: rank 0 ended" "$DT_TEST_TMP/g-w0.log" --timeout 5 ||
 echo "kill -9 of worker:1: restarting, worker:0's GPU replicas stopped, after $(ms_since "$t_kill") ms"
 dt_assert_contains "$(jc status 3 --json | dt_json_get error)" "worker:1" "the restart names the dead task"
 wait "$(dt_daemon_pid g-w1)" 2>/dev/null || true
-dt_bg g-w1 env TF_CONFIG="$(dt_tfconfig_workers 1 "${JOBS_ADDRS[@]}")" \
-  DTRAIN_CUDA_LIB="$fake" DTRAIN_FAKE_GPUS=2 "$DT_TEST_TMP/gpudev.sh" "$dev" \
-  "$DT_BIN_DIR/dtraind" --ready-file "$DT_TEST_TMP/g-w1.ready2" --state-dir "$DT_TEST_TMP/g-w1" \
-  --data-root "$JOBS_DATA" --rendezvous-timeout 30
+jobs_gpu_start_one g 1 DTRAIN_CUDA_LIB="$fake" DTRAIN_FAKE_GPUS=2
 jobs_wait_state 3 running 30
 dt_wait_for grep -q "resuming from .*jobs/3/checkpoints/ckpt-" "$DT_TEST_TMP/g-w0.log" --timeout 10 ||
   dt_fail "job 3 did not resume from a checkpoint"
@@ -138,7 +94,7 @@ if [[ ! -f $emu ]]; then
   echo "no $emu (the build makes it where python3 and g++ exist): the emulated run is left out"
   exit 0
 fi
-gpu_daemons e DTRAIN_CUDA_LIB="$emu" DTRAIN_EMU_GPUS=2
+jobs_gpu_daemons 2 e DTRAIN_CUDA_LIB="$emu" DTRAIN_EMU_GPUS=2
 jc submit "$DT_TEST_TMP/gpus.json" --watch --json >"$DT_TEST_TMP/emu.jsonl" ||
   dt_fail "the 2 x 2 emulated GPU job did not succeed: $(tail -1 "$DT_TEST_TMP/emu.jsonl")"
 jc status 1 --json >"$DT_TEST_TMP/emu.status"

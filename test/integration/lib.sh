@@ -187,9 +187,12 @@ dt_tfconfig_workers() {
 
 # dt_json_get PATH [FILE]: print the value at PATH (dots, list indices as numbers: "tasks.0.rank")
 # of the JSON in FILE (default stdin). Strings print raw; other values as compact JSON (null,
-# true, 3, {"a":1}). Fails when the path is missing. Uses Debian's python3, since jq may be absent.
+# true, 3, {"a":1}). Fails when the path is missing. Uses Debian's python3, since jq may be absent
+# (the python3 on PATH where there is none: the GPU machine's image).
 dt_json_get() {
-  /usr/bin/python3 -c '
+  local py=/usr/bin/python3
+  [[ -x $py ]] || py=python3
+  "$py" -c '
 import json, sys
 doc = json.load(open(sys.argv[2]) if len(sys.argv) > 2 else sys.stdin)
 for key in [k for k in sys.argv[1].split(".") if k]:

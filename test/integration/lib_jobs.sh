@@ -11,6 +11,11 @@
 #   jobs_step ID                    the job's global step now
 #   jobs_wait_step_past ID STEP [S] wait until the job is past global step STEP
 #   ms_since T0_MS                  milliseconds since T0_MS (from dt__now_ms)
+#   jobs_gpu_ns N                   daemons started by jobs_gpu_daemons see N GPUs: a mount
+#                                   namespace each, whose /dev lists nvidia0..N-1 (root, unshare;
+#                                   skips the test where that is impossible)
+#   jobs_gpu_daemons N TAG VAR=VALUE...  jobs_daemons' N daemons in those namespaces, with the
+#                                   environment given (DTRAIN_CUDA_LIB: the backend)
 #   jobs_expect_weights ID RESTARTS REF RANKS WHAT  the job restarted RESTARTS times and every
 #                                   one of its RANKS replicas ended with weights hash REF; its
 #                                   status stays in $DT_TEST_TMP/sID.json
@@ -120,4 +125,58 @@ jobs_expect_weights() {
   for ((r = 0; r < ranks; r++)); do
     dt_assert_eq "$(dt_json_get weights_hashes.$r "$f")" "$ref" "rank $r's final weights $what"
   done
+}
+
+JOBS_GPU_NS=""
+
+jobs_gpu_ns() {
+  local n=$1 i f dev=$DT_TEST_TMP/gpudev
+  [[ $(id -u) == 0 ]] || dt_skip "needs root: each daemon gets a mount namespace of its own"
+  command -v unshare >/dev/null || dt_skip "no unshare (util-linux)"
+  unshare -m --propagation private true 2>/dev/null || dt_skip "no mount namespaces here"
+  mkdir -p "$dev"
+  for f in null zero random urandom full nvidiactl; do : >"$dev/$f"; done
+  for ((i = 0; i < n; i++)); do : >"$dev/nvidia$i"; done
+  JOBS_GPU_NS=$DT_TEST_TMP/gpudev.sh
+  cat >"$JOBS_GPU_NS" <<'SH'
+#!/bin/sh
+# gpudev.sh DEV CMD ARGS...: CMD in a private mount namespace with DEV as its /dev (the devices
+# a process needs bound from the real one; DEV's nvidiaN are what the daemon counts as GPUs).
+dev=$1
+shift
+exec unshare -m --propagation private sh -c '
+  dev=$1; shift
+  for f in null zero random urandom full; do mount --bind "/dev/$f" "$dev/$f" || exit 97; done
+  mount --rbind "$dev" /dev || exit 98
+  exec "$@"' sh "$dev" "$@"
+SH
+  chmod +x "$JOBS_GPU_NS"
+}
+
+# jobs_gpu_start_one TAG I VAR=VALUE...: (re)start worker I of JOBS_ADDRS in its namespace.
+jobs_gpu_start_one() {
+  local tag=$1 i=$2
+  shift 2
+  [[ -n $JOBS_GPU_NS ]] || dt_fail "jobs_gpu_start_one before jobs_gpu_ns"
+  rm -f "$DT_TEST_TMP/$tag-w$i.ready"
+  mkdir -p "$DT_TEST_TMP/$tag-w$i"
+  dt_bg "$tag-w$i" env TF_CONFIG="$(dt_tfconfig_workers "$i" "${JOBS_ADDRS[@]}")" "$@" \
+    "$JOBS_GPU_NS" "$DT_TEST_TMP/gpudev" "$DT_BIN_DIR/dtraind" \
+    --ready-file "$DT_TEST_TMP/$tag-w$i.ready" --state-dir "$DT_TEST_TMP/$tag-w$i" \
+    --data-root "$JOBS_DATA" --rendezvous-timeout 30
+}
+
+jobs_gpu_daemons() {
+  local n=$1 tag=$2 i
+  shift 2
+  local -a ports
+  mapfile -t ports < <(dt_free_ports "$n")
+  JOBS_ADDRS=()
+  for ((i = 0; i < n; i++)); do JOBS_ADDRS+=("127.0.0.1:${ports[$i]}"); done
+  for ((i = 0; i < n; i++)); do jobs_gpu_start_one "$tag" "$i" "$@"; done
+  for ((i = 0; i < n; i++)); do
+    dt_wait_file "$DT_TEST_TMP/$tag-w$i.ready" --timeout 30 ||
+      dt_fail "$tag: worker:$i never saw the cluster formed: $(tail -3 "$DT_TEST_TMP/$tag-w$i.log")"
+  done
+  JOBS_ADDR=${JOBS_ADDRS[0]}
 }
