@@ -11,6 +11,9 @@
 #   jobs_step ID                    the job's global step now
 #   jobs_wait_step_past ID STEP [S] wait until the job is past global step STEP
 #   ms_since T0_MS                  milliseconds since T0_MS (from dt__now_ms)
+#   jobs_follows A.jsonl B.jsonl WHAT  two `submit --watch --json` runs of 2 epochs agree epoch by
+#                                   epoch (loss, val_loss within 1e-4 relative: float32
+#                                   reassociation), the worst printed
 #   jobs_gpu_ns N                   daemons started by jobs_gpu_daemons see N GPUs: a mount
 #                                   namespace each, whose /dev lists nvidia0..N-1 (root, unshare;
 #                                   skips the test where that is impossible)
@@ -179,4 +182,21 @@ jobs_gpu_daemons() {
       dt_fail "$tag: worker:$i never saw the cluster formed: $(tail -3 "$DT_TEST_TMP/$tag-w$i.log")"
   done
   JOBS_ADDR=${JOBS_ADDRS[0]}
+}
+
+jobs_follows() {
+  local py=/usr/bin/python3
+  [[ -x $py ]] || py=python3
+  "$py" - "$1" "$2" "$3" <<'PY' || dt_fail "$3"
+import json, sys
+def ends(p):
+    return [e["metrics"] for e in map(json.loads, open(p)) if e["kind"] == "epoch_end"]
+a, b = ends(sys.argv[1]), ends(sys.argv[2])
+assert len(a) == len(b) == 2, (a, b)
+worst = max(abs(x[k] - y[k]) / abs(y[k]) for x, y in zip(a, b) for k in ("loss", "val_loss"))
+print("%s: epoch losses within %.2g (relative); losses %s, val_loss %s"
+      % (sys.argv[3], worst, [round(x["loss"], 5) for x in a], [round(x["val_loss"], 5) for x in a]))
+assert worst <= 1e-4, (a, b)
+assert a[-1]["loss"] < a[0]["loss"], "the loss did not go down"
+PY
 }
