@@ -227,28 +227,31 @@ dt_status dt_nn_gpu_clique_broadcast(dt_nn_gpu_clique *c, int m, void *buf, size
     return DT_OK;
 }
 
+typedef int (*sharded_fn)(void *c, int m, float *buf, size_t shard, char *msg, size_t len);
+
+/* A reduce-scatter or all-gather through the api's entry fn (NULL: the backend has none). */
+static dt_status sharded(dt_nn_gpu_clique *c, sharded_fn fn, const char *what, int m, float *buf,
+                         size_t shard, dt_err *err)
+{
+    char msg[512] = "";
+    if (!fn)
+        return dt_err_set(err, DT_ENOTSUP, "NCCL: this backend has no %s", what);
+    int rc = fn(c->h, m, buf, shard, msg, sizeof msg);
+    if (rc != 0) /* -2: aborted for a sibling's failure, which is the one to report */
+        return dt_err_set(err, rc == -2 ? DT_ECANCELED : DT_EPEER, "NCCL %s: %s", what, msg);
+    return DT_OK;
+}
+
 dt_status dt_nn_gpu_clique_reduce_scatter(dt_nn_gpu_clique *c, int m, float *buf, size_t shard,
                                           dt_err *err)
 {
-    char msg[512] = "";
-    if (!c->api->clique_reduce_scatter)
-        return dt_err_set(err, DT_ENOTSUP, "NCCL: this backend has no reduce-scatter");
-    int rc = c->api->clique_reduce_scatter(c->h, m, buf, shard, msg, sizeof msg);
-    if (rc != 0)
-        return dt_err_set(err, rc == -2 ? DT_ECANCELED : DT_EPEER, "NCCL reduce-scatter: %s", msg);
-    return DT_OK;
+    return sharded(c, c->api->clique_reduce_scatter, "reduce-scatter", m, buf, shard, err);
 }
 
 dt_status dt_nn_gpu_clique_all_gather(dt_nn_gpu_clique *c, int m, float *buf, size_t shard,
                                       dt_err *err)
 {
-    char msg[512] = "";
-    if (!c->api->clique_all_gather)
-        return dt_err_set(err, DT_ENOTSUP, "NCCL: this backend has no all-gather");
-    int rc = c->api->clique_all_gather(c->h, m, buf, shard, msg, sizeof msg);
-    if (rc != 0)
-        return dt_err_set(err, rc == -2 ? DT_ECANCELED : DT_EPEER, "NCCL all-gather: %s", msg);
-    return DT_OK;
+    return sharded(c, c->api->clique_all_gather, "all-gather", m, buf, shard, err);
 }
 
 dt_status dt_nn_gpu_clique_join(dt_nn_gpu_clique *c, int m, dt_err *err)

@@ -21,13 +21,12 @@
 #include <string.h>
 
 typedef struct slot {
-    bool busy;
     float *pad;  /* device, cap floats: the bucket padded to G shards */
     float *host; /* pinned, cap / G floats: this member's shard */
     size_t cap;
     float *buf; /* the bucket (borrowed until the wait) */
     size_t n, shard;
-    dt_comm_req *req;
+    dt_comm_req *req; /* the ring's, while the bucket is in flight (the slot is taken) */
 } slot;
 
 struct dt__gpu_ring {
@@ -87,7 +86,7 @@ static slot *take(dt__gpu_ring *g, size_t cap, dt_err *err)
 {
     slot *s = NULL;
     for (size_t i = 0; i < g->ns && !s; i++)
-        if (!g->s[i]->busy)
+        if (!g->s[i]->req)
             s = g->s[i];
     if (!s) {
         slot **p = realloc(g->s, (g->ns + 1) * sizeof *p);
@@ -140,7 +139,6 @@ dt_status dt__gpu_ring_start(dt__gpu_ring *g, float *buf, size_t n, int64_t time
     }
     DT_TRY(dt_comm_allreduce_start(g->ring, s->host, shard, DT_COMM_SUM, DT_COMM_F32, timeout_ms,
                                    &s->req, err));
-    s->busy = true;
     s->buf = buf;
     s->n = n;
     s->shard = shard;
@@ -153,7 +151,6 @@ dt_status dt__gpu_ring_wait(dt__gpu_ring *g, void *req, int64_t timeout_ms, dt_e
     slot *s = req;
     dt_comm_req *rq = s->req;
     s->req = NULL;
-    s->busy = false;
     DT_TRY(dt_comm_wait(rq, timeout_ms, err));
     if (s->shard == 0)
         return DT_OK;
